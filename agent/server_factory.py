@@ -1,0 +1,30 @@
+"""Build a ``CadenceServer`` with every installed extension (metrics, phone transport, ...).
+
+An extension is a module with ``install(server: CadenceServer) -> None`` that adds routes,
+observers or replaces the admission gate. A missing optional module is skipped.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from agent.config import Config
+from agent.serve import CadenceServer
+
+EXTENSIONS = (
+    "agent.metrics_http",
+    "transports.phone.server_ext",
+)
+
+
+def make_server(config: Config, extensions: tuple[str, ...] = EXTENSIONS) -> CadenceServer:
+    server = CadenceServer(config)
+    for name in extensions:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and name.startswith(exc.name):
+                continue
+            raise
+        module.install(server)
+    return server

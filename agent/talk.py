@@ -1,0 +1,107 @@
+"""``cadence talk``: turns through the full cascade from audio files, timed per stage.
+
+The file is played in real time through the same pipeline a live caller gets (VAD, turn
+detection, ASR, LLM, TTS); end of speech is the moment the file's last sample was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from pipecat.workers.runner import WorkerRunner
+
+from agent.pipeline import Engines, build_worker
+from agent.turn_observer import TurnObserver, TurnTiming
+from transports.file_transport import CallScript, FileTransport
+from transports.webrtc import transport_params
+
+
+@dataclass
+class TurnResult:
+    transcript: str
+    reply: str
+    stages_ms: dict[str, float]
+    reply_audio: bytes
+    interrupted: bool = False
+
+    @property
+    def first_audio_ms(self) -> float | None:
+        return self.stages_ms.get("eos_to_first_audio")
+
+
+@dataclass
+class TalkResult:
+    turns: list[TurnResult] = field(default_factory=list)
+    out_sample_rate: int = 24000
+    timings: list[TurnTiming] = field(default_factory=list)
+
+
+def _match(timings: list[TurnTiming], eos: float) -> TurnTiming | None:
+    """The observer turn whose VAD stop follows this end of speech most closely."""
+    candidates = [t for t in timings if t.vad_stop is not None and t.vad_stop >= eos - 0.05]
+    return min(candidates, key=lambda t: t.vad_stop) if candidates else None
+
+
+async def talk(engines: Engines, utterances: list[np.ndarray], *, settle_s: float = 0.3,
+               max_wait_s: float = 15.0) -> TalkResult:
+    """Play each utterance, wait for the bot's full answer, and time every stage."""
+    cfg = engines.config
+    script = CallScript(list(utterances), max_wait_s=max_wait_s)
+    transport = FileTransport(transport_params(cfg.audio.in_sample_rate, cfg.audio.out_sample_rate), script)
+    loop = asyncio.get_running_loop()
+
+    def on_turn(_timing: TurnTiming) -> None:
+        loop.call_later(settle_s, script.turn_done.set)
+
+    observer = TurnObserver(on_turn=on_turn)
+    worker = build_worker(engines, transport, observers=[observer])
+    runner = WorkerRunner(handle_sigint=False, check_dangling_tasks=False)
+    await runner.add_workers(worker)
+
+    async def stop_when_finished() -> None:
+        await script.finished.wait()
+        await asyncio.sleep(0.2)
+        await worker.cancel(reason="script finished")
+
+    stopper = asyncio.create_task(stop_when_finished())
+    try:
+        await runner.run()
+    finally:
+        stopper.cancel()
+
+    out = transport.output()
+    result = TalkResult(out_sample_rate=cfg.audio.out_sample_rate, timings=observer.turns)
+    ends = script.speech_end_times
+    for i, eos in enumerate(ends):
+        nxt = ends[i + 1] if i + 1 < len(ends) else float("inf")
+        timing = _match(observer.turns, eos)
+        stages = timing.stages_ms(end_of_speech=eos) if timing else {}
+        first_voiced = out.first_voiced_after(eos)
+        if first_voiced is not None and first_voiced < nxt:
+            stages["eos_to_first_audio"] = (first_voiced - eos) * 1000.0
+        audio = b"".join(pcm for at, pcm in out.chunks if eos <= at < nxt)
+        result.turns.append(TurnResult(
+            transcript=timing.transcript_text if timing else "",
+            reply=timing.reply_text.strip() if timing else "",
+            stages_ms=stages,
+            reply_audio=audio,
+            interrupted=bool(timing and timing.interrupted),
+        ))
+    return result
+
+
+def format_turn(turn: TurnResult) -> str:
+    order = ["eos_to_transcript", "transcript_to_llm_first_token", "llm_first_token_to_tts_first_audio",
+             "eos_to_llm_first_token", "eos_to_first_audio"]
+    lines = [f"transcript: {turn.transcript!r}", f"reply:      {turn.reply!r}", "latency (ms):"]
+    for key in order:
+        value = turn.stages_ms.get(key)
+        lines.append(f"  {key:36s} {'-' if value is None else f'{value:8.0f}'}")
+    return "\n".join(lines)
+
+
+def now() -> float:
+    return time.monotonic()

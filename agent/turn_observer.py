@@ -1,0 +1,150 @@
+"""Per-turn stage timestamps from the frames that cross the pipeline.
+
+Times are absolute ``time.monotonic()`` seconds taken from each frame's *push* timestamp
+(observers run from a queue, so reading the clock on arrival would add queueing delay).
+End of speech is the VAD stop minus the VAD's stop window, i.e. the caller's last voiced audio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
+    BotStoppedSpeakingFrame,
+    InterruptionFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
+    TranscriptionFrame,
+    TTSAudioRawFrame,
+    TTSStartedFrame,
+    UserStartedSpeakingFrame,
+    UserStoppedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.observers.base_observer import BaseObserver, FramePushed
+
+
+@dataclass
+class TurnTiming:
+    """One caller turn and the bot's answer; None where the stage never happened."""
+
+    index: int
+    vad_stop: float | None = None
+    vad_stop_secs: float = 0.0
+    turn_end: float | None = None
+    transcript: float | None = None
+    transcript_text: str = ""
+    llm_start: float | None = None
+    llm_first_token: float | None = None
+    reply_text: str = ""
+    tts_start: float | None = None
+    tts_first_audio: float | None = None
+    first_audio_out: float | None = None
+    bot_stopped: float | None = None
+    interrupted: bool = False
+    tts_chunk_times: list[float] = field(default_factory=list)
+
+    @property
+    def end_of_speech(self) -> float | None:
+        return None if self.vad_stop is None else self.vad_stop - self.vad_stop_secs
+
+    def stages_ms(self, end_of_speech: float | None = None) -> dict[str, float]:
+        """Latencies in ms; ``end_of_speech`` may be given exactly (file callers know it)."""
+        eos = end_of_speech if end_of_speech is not None else self.end_of_speech
+        out: dict[str, float] = {}
+
+        def put(name: str, a: float | None, b: float | None) -> None:
+            if a is not None and b is not None:
+                out[name] = (b - a) * 1000.0
+
+        put("eos_to_transcript", eos, self.transcript)
+        put("transcript_to_llm_first_token", self.transcript, self.llm_first_token)
+        put("llm_first_token_to_tts_first_audio", self.llm_first_token, self.tts_first_audio)
+        put("eos_to_llm_first_token", eos, self.llm_first_token)
+        put("eos_to_first_audio", eos, self.first_audio_out)
+        return out
+
+
+class TurnObserver(BaseObserver):
+    """Builds a ``TurnTiming`` per turn and hands finished ones to ``on_turn``."""
+
+    def __init__(self, on_turn: Callable[[TurnTiming], None] | None = None,
+                 on_tts_chunk: Callable[[float], None] | None = None):
+        super().__init__(observe_every_push=False)
+        self.turns: list[TurnTiming] = []
+        self._on_turn = on_turn
+        self._on_tts_chunk = on_tts_chunk
+        self._offset_ns: int | None = None
+        self._current: TurnTiming | None = None
+        self._last_tts_chunk: float | None = None
+
+    def _abs(self, data: FramePushed) -> float:
+        if self._offset_ns is None:
+            clock = data.source.get_clock()
+            self._offset_ns = int(getattr(clock, "_time", 0))
+        return (data.timestamp + self._offset_ns) / 1e9
+
+    def _turn(self) -> TurnTiming:
+        if self._current is None:
+            self._current = TurnTiming(index=len(self.turns))
+            self.turns.append(self._current)
+        return self._current
+
+    def _finish(self) -> None:
+        if self._current is not None and self._on_turn is not None:
+            self._on_turn(self._current)
+        self._current = None
+
+    async def on_push_frame(self, data: FramePushed):
+        frame = data.frame
+        if isinstance(frame, UserStartedSpeakingFrame):
+            if self._current is not None and self._current.llm_start is not None:
+                self._current.interrupted = self._current.bot_stopped is None
+                self._finish()
+            self._turn()
+            return
+        if isinstance(frame, VADUserStoppedSpeakingFrame):
+            turn = self._turn()
+            turn.vad_stop = self._abs(data)
+            turn.vad_stop_secs = float(getattr(frame, "stop_secs", 0.0) or 0.0)
+        elif isinstance(frame, UserStoppedSpeakingFrame):
+            self._turn().turn_end = self._abs(data)
+        elif isinstance(frame, TranscriptionFrame):
+            turn = self._turn()
+            turn.transcript = self._abs(data)
+            turn.transcript_text = (turn.transcript_text + " " + frame.text).strip()
+        elif isinstance(frame, LLMFullResponseStartFrame):
+            turn = self._turn()
+            if turn.llm_start is None:
+                turn.llm_start = self._abs(data)
+        elif isinstance(frame, LLMTextFrame):
+            turn = self._turn()
+            if turn.llm_first_token is None:
+                turn.llm_first_token = self._abs(data)
+            turn.reply_text += frame.text
+        elif isinstance(frame, TTSStartedFrame):
+            turn = self._turn()
+            if turn.tts_start is None:
+                turn.tts_start = self._abs(data)
+        elif isinstance(frame, TTSAudioRawFrame):
+            now = self._abs(data)
+            turn = self._turn()
+            if turn.tts_first_audio is None:
+                turn.tts_first_audio = now
+            turn.tts_chunk_times.append(now)
+            if self._on_tts_chunk is not None and self._last_tts_chunk is not None:
+                self._on_tts_chunk(now - self._last_tts_chunk)
+            self._last_tts_chunk = now
+        elif isinstance(frame, BotStartedSpeakingFrame):
+            turn = self._turn()
+            if turn.first_audio_out is None:
+                turn.first_audio_out = self._abs(data)
+        elif isinstance(frame, BotStoppedSpeakingFrame):
+            self._last_tts_chunk = None
+            if self._current is not None:
+                self._current.bot_stopped = self._abs(data)
+                self._finish()
+        elif isinstance(frame, InterruptionFrame) and self._current is not None:
+            self._current.interrupted = True

@@ -1,0 +1,49 @@
+"""Speak on the first clause, not the first sentence.
+
+Stock pipecat gathers a whole sentence before synthesis; on a long first sentence that is
+most of a second of silence. This aggregator releases the first clause of each reply as
+soon as a comma, semicolon, colon or dash closes at least ``min_words`` words, then falls
+back to sentence boundaries so later audio keeps natural prosody.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from pipecat.utils.text.base_text_aggregator import Aggregation, TextType
+from pipecat.utils.text.simple_text_aggregator import SimpleTextAggregator
+
+CLAUSE_MARKS = frozenset(",;:\u2014")
+
+
+class ClauseTextAggregator(SimpleTextAggregator):
+    """Sentence aggregation whose first chunk per reply may end at a clause mark."""
+
+    def __init__(self, min_words: int = 4, **kwargs):
+        super().__init__(**kwargs)
+        self._min_words = min_words
+        self._first_sent = False
+
+    async def aggregate(self, text: str) -> AsyncIterator[Aggregation]:
+        for char in text:
+            self._text += char
+            result = await self._check_sentence_with_lookahead(char)
+            if result is None and not self._first_sent and char in CLAUSE_MARKS:
+                if len(self._text.split()) >= self._min_words:
+                    result = Aggregation(text=self._text.strip(" "), type=TextType.SENTENCE)
+                    self._text = ""
+            if result is not None:
+                self._first_sent = True
+                yield result
+
+    async def flush(self) -> Aggregation | None:
+        self._first_sent = False
+        return await super().flush()
+
+    async def handle_interruption(self):
+        self._first_sent = False
+        await super().handle_interruption()
+
+    async def reset(self):
+        self._first_sent = False
+        await super().reset()

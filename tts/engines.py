@@ -1,0 +1,93 @@
+"""TTS engines behind one small interface: text in, 16-bit mono PCM pieces out.
+
+``synthesize`` yields audio as soon as the engine has it (Piper yields per sentence), so
+the service can start playback before the whole text is rendered.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import wave
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+from agent.config import TTSConfig
+
+
+class TTSEngineError(RuntimeError):
+    """The TTS engine is missing or failed."""
+
+
+class TTSEngine(Protocol):
+    name: str
+    sample_rate: int
+
+    def synthesize(self, text: str) -> Iterator[bytes]: ...
+
+
+class PiperEngine:
+    """Piper (ONNX VITS) through its Python API; GPL-3.0, so an optional extra."""
+
+    name = "piper"
+
+    def __init__(self, voice_path: Path, speed: float = 1.0):
+        try:
+            from piper import PiperVoice, SynthesisConfig
+        except ImportError as exc:
+            raise TTSEngineError("piper-tts is not installed: pip install 'cadence[embedded]'") from exc
+        if not voice_path.is_file():
+            raise TTSEngineError(f"Piper voice not found: {voice_path}")
+        self._voice = PiperVoice.load(str(voice_path))
+        self._syn_config = SynthesisConfig(length_scale=1.0 / max(speed, 0.1))
+        self.sample_rate = int(self._voice.config.sample_rate)
+
+    def synthesize(self, text: str) -> Iterator[bytes]:
+        for chunk in self._voice.synthesize(text, syn_config=self._syn_config):
+            yield chunk.audio_int16_bytes
+
+
+class FliteEngine:
+    """Debian's flite command line: tiny, fast, robotic; the fallback when Piper is absent."""
+
+    name = "flite"
+
+    def __init__(self, voice: str = "slt"):
+        self._binary = shutil.which("flite")
+        if self._binary is None:
+            raise TTSEngineError("flite is not installed (Debian package 'flite')")
+        self._voice = voice or "slt"
+        self.sample_rate = 8000 if self._voice == "kal" else 16000
+
+    def synthesize(self, text: str) -> Iterator[bytes]:
+        with tempfile.NamedTemporaryFile(suffix=".wav") as out:
+            proc = subprocess.run(
+                [self._binary, "-voice", self._voice, "-t", text, "-o", out.name],
+                capture_output=True,
+                timeout=30,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise TTSEngineError(f"flite failed ({proc.returncode}): {proc.stderr.decode(errors='replace')[:200]}")
+            with wave.open(out.name) as wav:
+                self.sample_rate = wav.getframerate()
+                pcm = wav.readframes(wav.getnframes())
+        yield pcm
+
+
+def create_engine(config: TTSConfig) -> TTSEngine:
+    """Pick the engine named in config; ``auto`` means Piper if installed, else flite."""
+    if config.engine in ("auto", "piper"):
+        try:
+            from agent.models import ModelNotFoundError, piper_voice
+
+            voice = Path(config.voice) if config.voice else piper_voice()
+            return PiperEngine(voice, config.speed)
+        except (TTSEngineError, ModelNotFoundError):
+            if config.engine == "piper":
+                raise
+    if config.engine in ("auto", "flite"):
+        return FliteEngine(config.voice if config.engine == "flite" else "slt")
+    raise TTSEngineError(f"unknown tts.engine {config.engine!r} (auto, piper, flite)")

@@ -1,0 +1,56 @@
+"""``CadenceTTSService``: a pipecat TTS service over any ``TTSEngine``.
+
+Text arrives clause-first (``ClauseTextAggregator``); each engine piece is pushed as soon as
+it is synthesized, resampled once to the pipeline's output rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+
+from loguru import logger
+from pipecat.frames.frames import ErrorFrame, Frame
+from pipecat.services.tts_service import TTSService
+
+from tts.clause_aggregator import ClauseTextAggregator
+from tts.engines import TTSEngine
+
+_DONE = object()
+
+
+class CadenceTTSService(TTSService):
+    """Streams engine audio into the pipeline; the first clause is spoken early."""
+
+    def __init__(self, engine: TTSEngine, *, clause_min_words: int = 4, **kwargs):
+        super().__init__(push_start_frame=True, push_stop_frames=True, **kwargs)
+        self._engine = engine
+        self._text_aggregator = ClauseTextAggregator(min_words=clause_min_words)
+
+    def can_generate_metrics(self) -> bool:
+        return True
+
+    async def _pieces(self, iterator: Iterator[bytes]) -> AsyncIterator[bytes]:
+        def step() -> object:
+            return next(iterator, _DONE)
+
+        while True:
+            piece = await asyncio.to_thread(step)
+            if piece is _DONE:
+                return
+            yield piece  # type: ignore[misc]
+
+    async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame, None]:
+        try:
+            await self.start_tts_usage_metrics(text)
+            iterator = iter(self._engine.synthesize(text))
+            async for frame in self._stream_audio_frames_from_iterator(
+                self._pieces(iterator), in_sample_rate=self._engine.sample_rate, context_id=context_id
+            ):
+                await self.stop_ttfb_metrics()
+                yield frame
+        except Exception as exc:  # the engine failed: report it, keep the session
+            logger.error(f"{self}: {self._engine.name} failed on {text!r}: {exc}")
+            yield ErrorFrame(error=f"TTS failed: {exc}")
+        finally:
+            await self.stop_ttfb_metrics()
