@@ -102,7 +102,11 @@ class BudgetsConfig:
     tts_first_audio_p99_ms: float = 400.0
     output_chunk_lateness_ms: float = 40.0
     first_audio_p99_ms: float = 1500.0
+    # Each stream's delivered audio seconds per wall second: its 1st percentile must stay above.
+    output_rt_ratio_min: float = 1.2
     window_s: float = 60.0
+    # A window with fewer samples than this is not judged (too few to have a p99).
+    min_samples: int = 5
 
 
 @dataclass
