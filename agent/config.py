@@ -124,6 +124,13 @@ class GPUConfig:
     llm_fraction: float = 0.0
     tts_fraction: float = 0.0
     headroom_fraction: float = 0.05
+    # What each model needs inside its share (GiB); 0: estimated from its weights on disk.
+    asr_min_gb: float = 0.0
+    llm_min_gb: float = 0.0
+    tts_min_gb: float = 0.0
+    # Non-empty: Cadence launches vLLM with this model on llm_fraction of the card.
+    vllm_model: str = ""
+    vllm_extra_args: str = ""  # appended to the vLLM command line (shell-style quoting)
 
 
 @dataclass
