@@ -1,0 +1,1 @@
+"""Per-stage latency metrics: sliding-window histograms, stage definitions, budgets, export."""

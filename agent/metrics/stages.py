@@ -1,0 +1,107 @@
+"""The stages Cadence times, and one sliding histogram per stage shared by every session.
+
+Per turn: end of speech -> final transcript (``asr_final``), transcript -> LLM first token
+(``llm_first_token``), first clause handed to TTS -> its first audio (``tts_first_audio``),
+end of speech -> first audio out (``first_audio``). Per chunk: TTS inter-arrival and output
+lateness against real-time playback. Per reply: the stream's delivery ratio (x real time).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from agent.metrics.histogram import SlidingHistogram
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    help: str
+    unit: str = "ms"  # "ms" or "x" (ratio to real time)
+    # ``BudgetsConfig`` field holding this stage's budget; None: measured, not budgeted.
+    budget_field: str | None = None
+    # For a ratio the bad tail is the low one: the budget bounds the 1st percentile from below.
+    higher_is_better: bool = False
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("asr_final", "end of speech -> final transcript", budget_field="asr_final_p99_ms"),
+    Stage("llm_first_token", "final transcript -> LLM first token", budget_field="llm_first_token_p99_ms"),
+    Stage("tts_first_audio", "first clause to TTS -> TTS first audio", budget_field="tts_first_audio_p99_ms"),
+    Stage("first_audio", "end of speech -> first audio out", budget_field="first_audio_p99_ms"),
+    Stage("tts_chunk_interarrival", "time between TTS audio chunks"),
+    Stage("output_chunk_lateness", "output chunk arrival after real-time playback needed it",
+          budget_field="output_chunk_lateness_ms"),
+    Stage("output_rt_ratio", "per reply: delivered audio seconds per wall second", unit="x",
+          budget_field="output_rt_ratio_min", higher_is_better=True),
+    Stage("event_loop_lag", "event loop: how late a 50 ms timer fires"),
+    Stage("gc_pause", "garbage collector pause"),
+)
+STAGE_BY_NAME = {s.name: s for s in STAGES}
+
+
+class TurnTimes(Protocol):
+    """What ``agent.turn_observer.TurnTiming`` provides (absolute monotonic seconds)."""
+
+    transcript: float | None
+    llm_first_token: float | None
+    tts_start: float | None
+    tts_first_audio: float | None
+    first_audio_out: float | None
+
+    @property
+    def end_of_speech(self) -> float | None: ...
+
+
+def turn_stages_ms(t: TurnTimes, end_of_speech: float | None = None) -> dict[str, float]:
+    """The per-turn stage latencies of one turn, in ms (stages that never happened are absent)."""
+    eos = t.end_of_speech if end_of_speech is None else end_of_speech
+    tts_from = t.tts_start if t.tts_start is not None else t.llm_first_token
+    pairs = (
+        ("asr_final", eos, t.transcript),
+        ("llm_first_token", t.transcript, t.llm_first_token),
+        ("tts_first_audio", tts_from, t.tts_first_audio),
+        ("first_audio", eos, t.first_audio_out),
+    )
+    return {name: (b - a) * 1000.0 for name, a, b in pairs if a is not None and b is not None}
+
+
+Listener = Callable[[str, float, float], None]
+
+
+class StageMetrics:
+    """One ``SlidingHistogram`` per stage; listeners (budgets) see every sample."""
+
+    def __init__(self, window_s: float = 60.0, slices: int = 6, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self.window_s = window_s
+        self.histograms: dict[str, SlidingHistogram] = {
+            s.name: SlidingHistogram(window_s, slices, clock=clock) for s in STAGES
+        }
+        self.turns_total = 0
+        self.replies_total = 0
+        self._listeners: list[Listener] = []
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def record(self, stage: str, value: float, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
+        self.histograms[stage].record(value, now)
+        for listener in self._listeners:
+            listener(stage, value, now)
+
+    def record_turn(self, timing: TurnTimes, end_of_speech: float | None = None) -> dict[str, float]:
+        stages = turn_stages_ms(timing, end_of_speech)
+        now = self.clock()
+        for name, value in stages.items():
+            self.record(name, value, now)
+        self.turns_total += 1
+        return stages
+
+    def snapshot(self) -> dict[str, dict[str, float | None]]:
+        now = self.clock()
+        return {name: h.snapshot(now) for name, h in self.histograms.items()}

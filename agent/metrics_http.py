@@ -1,0 +1,70 @@
+"""Server extension: per-session observers feed shared histograms, ``/metrics`` exports them.
+
+``install(server)`` (called by ``agent.server_factory``) creates the process-wide
+``StageMetrics`` and ``BudgetMonitor``, gives every session a ``MetricsObserver``, makes the
+admission gate consult the budgets (a stage out of budget refuses new callers), runs the
+event-loop/GC monitor while the app lives, and serves ``GET /metrics`` (Prometheus text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.registry import CollectorRegistry
+
+from agent.admission import AdmissionGate
+from agent.metrics.budgets import BudgetMonitor
+from agent.metrics.prometheus import CadenceCollector, make_registry, render
+from agent.metrics.runtime_monitor import RuntimeMonitor
+from agent.metrics.stages import StageMetrics
+
+
+@dataclass
+class ServerMetrics:
+    stages: StageMetrics
+    budgets: BudgetMonitor
+    registry: CollectorRegistry
+    runtime: RuntimeMonitor
+
+
+METRICS_KEY = web.AppKey("cadence_metrics", ServerMetrics)
+
+
+def install(server) -> ServerMetrics:  # server: agent.serve.CadenceServer
+    cfg = server.config
+    stages = StageMetrics(cfg.budgets.window_s)
+    budgets = BudgetMonitor(cfg.budgets, stages)
+    if server.gate is None:
+        server.gate = AdmissionGate(cfg.admission, overloaded=budgets.overload_reason)
+    else:
+        server.gate.set_overloaded(budgets.overload_reason)
+    registry = make_registry(CadenceCollector(stages, budgets, lambda: server.gate))
+    bundle = ServerMetrics(stages, budgets, registry, RuntimeMonitor(stages))
+
+    from agent.metrics.observer import MetricsObserver
+
+    server.observer_factories.append(lambda session_id: MetricsObserver(stages, session_id))
+
+    def hook(app: web.Application, _server) -> None:
+        app[METRICS_KEY] = bundle
+        app.router.add_get("/metrics", metrics_handler)
+        app.on_startup.append(_start_monitor)
+        app.on_cleanup.append(_stop_monitor)
+
+    server.route_hooks.append(hook)
+    return bundle
+
+
+async def metrics_handler(request: web.Request) -> web.Response:
+    body = render(request.app[METRICS_KEY].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _start_monitor(app: web.Application) -> None:
+    app[METRICS_KEY].runtime.start()
+
+
+async def _stop_monitor(app: web.Application) -> None:
+    await app[METRICS_KEY].runtime.stop()
