@@ -1,0 +1,99 @@
+"""Encoder shape profiles: (max batch, max feature frames) buckets, parsed from config and picked per request.
+
+A profile is one captured CUDA graph (compiled backend) or one TensorRT optimization profile. The
+default set covers streaming chunks, 30 s offline segments and long offline windows. Frame counts
+are kept multiples of 128 so that encoder frames (x8 subsampling) stay multiples of 16, which keeps
+the attention bias aligned for the fused attention kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HOP = 160  # samples per feature frame at 16 kHz
+FRAME_ALIGN = 128
+
+# name=batch x frames. 0.32 s chunks, 10.24 s streaming windows, 30.72 s segments, 5 min windows.
+DEFAULT_PROFILES = "chunk=512x32,stream=128x1024,segment=128x3072,long=4x30720"
+
+
+@dataclass(frozen=True)
+class ShapeProfile:
+    """Inputs up to ``batch`` x ``frames`` feature frames run in this profile (padded up to it)."""
+
+    name: str
+    batch: int
+    frames: int
+
+    @property
+    def samples(self) -> int:
+        """Audio samples whose centred STFT gives exactly ``frames`` frames."""
+        return (self.frames - 1) * HOP
+
+    @property
+    def cost(self) -> float:
+        """Work of one replay, in frame units: linear layers grow with frames, attention with frames^2.
+
+        Per encoder frame the linear layers do ~24M MACs and attention ~3 * T_enc * 1024; with
+        T_enc = frames / 8 the two are equal at ~62,500 feature frames.
+        """
+        return self.batch * self.frames * (1.0 + self.frames / 62_500)
+
+    def fits(self, batch: int, frames: int) -> bool:
+        return batch <= self.batch and frames <= self.frames
+
+    def spec(self) -> str:
+        return f"{self.name}={self.batch}x{self.frames}"
+
+
+def parse_profiles(text: str) -> list[ShapeProfile]:
+    """``"chunk=512x32,segment=128x3072"`` -> profiles sorted by frames, then batch."""
+    profiles: list[ShapeProfile] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, shape = item.partition("=")
+        if not sep:
+            name, shape = f"p{len(profiles)}", item
+        try:
+            batch_text, frames_text = shape.lower().split("x")
+            batch, frames = int(batch_text), int(frames_text)
+        except ValueError:
+            raise ValueError(f"bad encoder profile {item!r}: expected name=BATCHxFRAMES") from None
+        if batch < 1 or frames < 1:
+            raise ValueError(f"bad encoder profile {item!r}: batch and frames must be positive")
+        profiles.append(ShapeProfile(name.strip(), batch, frames))
+    if not profiles:
+        raise ValueError("no encoder profiles given")
+    if len({p.name for p in profiles}) != len(profiles):
+        raise ValueError(f"duplicate encoder profile names in {text!r}")
+    return sorted(profiles, key=lambda p: (p.frames, p.batch))
+
+
+def select_profile(profiles: list[ShapeProfile], batch: int, frames: int) -> ShapeProfile | None:
+    """The cheapest profile that holds the whole request, or None when none does."""
+    fitting = [p for p in profiles if p.fits(batch, frames)]
+    return min(fitting, key=lambda p: (p.cost, p.frames)) if fitting else None
+
+
+def plan_batches(
+    profiles: list[ShapeProfile], batch: int, frames: int
+) -> list[tuple[ShapeProfile, int, int]]:
+    """Split a request into ``(profile, start, count)`` pieces; raises if ``frames`` exceeds every profile."""
+    whole = select_profile(profiles, batch, frames)
+    if whole is not None:
+        return [(whole, 0, batch)]
+    long_enough = [p for p in profiles if p.frames >= frames]
+    if not long_enough:
+        longest = max(p.frames for p in profiles)
+        raise ValueError(
+            f"{frames} feature frames exceed every encoder profile (max {longest}); window the audio"
+        )
+    # Largest batch among the profiles long enough; the last piece may use a cheaper profile.
+    big = max(long_enough, key=lambda p: (p.batch, -p.frames))
+    pieces: list[tuple[ShapeProfile, int, int]] = []
+    start = 0
+    while start < batch:
+        count = min(big.batch, batch - start)
+        profile = select_profile(profiles, count, frames) or big
+        pieces.append((profile, start, count))
+        start += count
+    return pieces
