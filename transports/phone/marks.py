@@ -1,0 +1,86 @@
+"""What the caller actually heard: ``mark`` messages placed in the outbound audio.
+
+The provider echoes a mark once the audio sent before it has played. We place one every
+``every_ms`` of a reply and one at its end, so each reply knows how much of it reached the
+caller's ear. On ``clear`` the provider echoes the marks still pending at once: those count as
+dropped, not heard; the heard position is then estimated from the playout clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class ReplyPlayout:
+    index: int
+    sent_ms: float = 0.0
+    heard_ms: float = 0.0
+    complete: bool = False  # the end mark came back: the caller heard the whole reply
+    cleared: bool = False  # cut short by a barge-in
+
+    def as_dict(self) -> dict[str, object]:
+        return {"index": self.index, "sent_ms": round(self.sent_ms, 1), "heard_ms": round(self.heard_ms, 1),
+                "complete": self.complete, "cleared": self.cleared}
+
+
+class MarkLedger:
+    """Names marks, remembers where each sits, and turns echoes into heard positions."""
+
+    def __init__(self, every_ms: float = 500.0):
+        self.every_ms = every_ms
+        self.replies: list[ReplyPlayout] = []
+        self._pending: dict[str, tuple[ReplyPlayout, float, bool]] = {}
+        self._dropped: set[str] = set()
+        self._current: ReplyPlayout | None = None
+        self._last_mark_ms = 0.0
+        self.acked = 0
+
+    @property
+    def current(self) -> ReplyPlayout | None:
+        return self._current
+
+    def _mark(self, reply: ReplyPlayout, final: bool) -> str:
+        name = f"r{reply.index}-{int(reply.sent_ms)}{'-end' if final else ''}"
+        self._pending[name] = (reply, reply.sent_ms, final)
+        self._last_mark_ms = reply.sent_ms
+        return name
+
+    def on_audio(self, duration_ms: float) -> str | None:
+        """Audio went out; returns a mark name to send after it, when one is due."""
+        if self._current is None:
+            self._current = ReplyPlayout(index=len(self.replies))
+            self.replies.append(self._current)
+            self._last_mark_ms = 0.0
+        self._current.sent_ms += duration_ms
+        if self._current.sent_ms - self._last_mark_ms >= self.every_ms:
+            return self._mark(self._current, final=False)
+        return None
+
+    def end_reply(self) -> str | None:
+        """The reply finished sending; returns the end mark's name (None if nothing was sent)."""
+        reply, self._current = self._current, None
+        return None if reply is None else self._mark(reply, final=True)
+
+    def on_clear(self, buffered_ms: float) -> None:
+        """The far end dropped ``buffered_ms`` of unplayed audio; pending marks won't be heard."""
+        self._dropped.update(self._pending)
+        reply = self._current or (self.replies[-1] if self.replies else None)
+        if reply is not None and not reply.complete:
+            reply.cleared = True
+            reply.heard_ms = max(reply.heard_ms, reply.sent_ms - buffered_ms)
+        self._current = None
+
+    def on_echo(self, name: str) -> ReplyPlayout | None:
+        """The provider echoed a mark; returns the reply it belongs to (None if unknown)."""
+        entry = self._pending.pop(name, None)
+        if entry is None:
+            return None
+        reply, at_ms, final = entry
+        if name in self._dropped:
+            self._dropped.discard(name)
+            return reply
+        self.acked += 1
+        reply.heard_ms = max(reply.heard_ms, at_ms)
+        reply.complete = reply.complete or final
+        return reply

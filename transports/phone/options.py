@@ -1,0 +1,34 @@
+"""Tunables of the phone transport (one dataclass, defaults that suit Twilio)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transports.phone.protocol import MAX_PAYLOAD_BYTES
+
+
+@dataclass
+class PhoneOptions:
+    path: str = "/phone/ws"
+    # Audio kept ahead of the caller's ear: absorbs event-loop stalls; ``clear`` drops it on barge-in.
+    lead_ms: float = 80.0
+    # A ``mark`` every this much reply audio, plus one at the end of each reply.
+    mark_every_ms: float = 500.0
+    # Fast barge-in: caller audio this loud for this long while the bot plays clears the caller's
+    # playout at once (``barge_in.py``). 0 leaves barge-in to the pipeline's VAD (vad.start_secs, slower).
+    barge_in_start_ms: float = 60.0
+    barge_in_min_level_dbfs: float = -40.0
+    barge_in_snr_db: float = 12.0
+    # After a fast barge-in, hold the bot's audio this long for the pipeline to confirm the
+    # interruption; if it does not (a cough, a click), playback resumes.
+    barge_in_hold_s: float = 0.6
+    handshake_timeout_s: float = 5.0
+    # No message at all for this long (Twilio sends media every 20 ms): the call is dropped.
+    idle_timeout_s: float = 10.0
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES
+    # When the bot ends the call, let the far end play what it holds (bounded) before closing.
+    drain_timeout_s: float = 2.0
+    # Finished calls kept for ``GET /phone/calls``.
+    recent_calls: int = 50
+    # Expose transcripts on ``GET /phone/calls`` (loopback/debug use; off hides the text).
+    expose_transcripts: bool = True

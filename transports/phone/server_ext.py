@@ -1,0 +1,68 @@
+"""Cadence server extension: phone callers on ``GET /phone/ws`` (Twilio Media Streams protocol).
+
+``agent.server_factory`` imports this module and calls ``install(server)``; the route hook then
+adds the phone routes when the app is built, behind the server's admission gate. Options come
+from a ``[phone]`` config section when the config has one (same field names as ``PhoneOptions``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from transports.phone.barge_in import BargeInDetector
+from transports.phone.endpoint import CallRecord, PhoneEndpoint
+from transports.phone.options import PhoneOptions
+from transports.phone.transport import PhoneTransport
+
+if TYPE_CHECKING:
+    from agent.serve import CadenceServer
+
+PHONE_ENDPOINT = web.AppKey("phone_endpoint", PhoneEndpoint)
+
+
+def options_from_config(config: Any) -> PhoneOptions:
+    section = getattr(config, "phone", None)
+    if section is None:
+        return PhoneOptions()
+    names = {f.name for f in dataclasses.fields(PhoneOptions)}
+    values = dataclasses.asdict(section) if dataclasses.is_dataclass(section) else dict(section)
+    return PhoneOptions(**{k: v for k, v in values.items() if k in names})
+
+
+def make_endpoint(server: CadenceServer, options: PhoneOptions) -> PhoneEndpoint:
+    from agent.session import run_session
+    from agent.turn_observer import TurnObserver
+
+    config = server.config
+
+    async def run_call(transport: PhoneTransport, session_id: str, observers: Sequence[Any]) -> None:
+        if server.engines is None:
+            raise RuntimeError("the engines are not loaded")
+        await run_session(server.engines, transport, session_id,
+                          observers=[*server.observers_for(session_id), *observers])
+
+    def barge_in() -> BargeInDetector | None:
+        if options.barge_in_start_ms <= 0:
+            return None
+        return BargeInDetector(options.barge_in_start_ms, options.barge_in_min_level_dbfs, options.barge_in_snr_db)
+
+    def observers(record: CallRecord) -> list[Any]:
+        return [TurnObserver(on_turn=record.add_turn)]
+
+    return PhoneEndpoint(run_call, gate=server.gate, in_sample_rate=config.audio.in_sample_rate,
+                         options=options, barge_in_factory=barge_in, observer_factory=observers)
+
+
+def install(server: CadenceServer) -> None:
+    options = options_from_config(server.config)
+
+    def hook(app: web.Application, srv: CadenceServer) -> None:
+        endpoint = make_endpoint(srv, options)
+        endpoint.add_routes(app)
+        app[PHONE_ENDPOINT] = endpoint
+
+    server.route_hooks.append(hook)
