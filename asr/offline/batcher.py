@@ -1,0 +1,137 @@
+"""One engine, many requests: windows of every request batched together by length.
+
+Each request hands over its windows; a single worker thread owns the engine and builds
+each batch by taking the next request in round-robin order (so a 10 s request is not stuck
+behind a 3 h one), seeding the batch with that request's oldest window, and filling it with
+the pending windows (of any request, same language) closest in length, so padding inside a
+batch stays small. Results go back to each request's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from asr.offline.engine import WindowEngine
+from asr.offline.results import Word
+
+
+@dataclass(eq=False)
+class _Item:
+    request: int
+    audio: np.ndarray
+    language: str | None
+    future: asyncio.Future[list[Word]]
+    loop: asyncio.AbstractEventLoop
+
+
+@dataclass
+class BatchStats:
+    batches: int = 0
+    windows: int = 0
+    audio_s: float = 0.0
+    busy_s: float = 0.0
+    sizes: list[int] = field(default_factory=list)
+
+
+def length_batches(lengths: Sequence[int], max_batch: int) -> list[list[int]]:
+    """Indices grouped into batches of similar length (the synchronous policy, for corpora)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    return [order[i:i + max_batch] for i in range(0, len(order), max_batch)]
+
+
+class WindowBatcher:
+    def __init__(self, engine: WindowEngine, max_batch: int | None = None) -> None:
+        self.engine = engine
+        self.max_batch = max_batch or engine.max_batch
+        self.stats = BatchStats()
+        self._pending: OrderedDict[int, deque[_Item]] = OrderedDict()
+        self._cond = threading.Condition()
+        self._ids = itertools.count()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="asr-batcher", daemon=True)
+        self._thread.start()
+
+    async def transcribe(self, windows: Sequence[np.ndarray], language: str | None) -> list[list[Word]]:
+        """Words of each window (window-relative times), in order."""
+        if not windows:
+            return []
+        loop = asyncio.get_running_loop()
+        request = next(self._ids)
+        items = [_Item(request, w, language, loop.create_future(), loop) for w in windows]
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the batcher is closed")
+            self._pending[request] = deque(items)
+            self._cond.notify()
+        try:
+            return list(await asyncio.gather(*(i.future for i in items)))
+        finally:
+            with self._cond:  # a cancelled request leaves nothing behind
+                self._pending.pop(request, None)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout=30)
+
+    def _next_batch(self) -> list[_Item]:
+        request, queue = next(iter(self._pending.items()))
+        self._pending.move_to_end(request)  # round robin: this request goes last next time
+        seed = queue.popleft()
+        if not queue:
+            del self._pending[request]
+        target = len(seed.audio)
+        others = [(abs(len(it.audio) - target), rid, it) for rid, q in self._pending.items() for it in q
+                  if it.language == seed.language]
+        others.sort(key=lambda t: t[0])
+        batch = [seed] + [it for _, _, it in others[: self.max_batch - 1]]
+        for it in batch[1:]:
+            q = self._pending[it.request]
+            q.remove(it)
+            if not q:
+                del self._pending[it.request]
+        return batch
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                batch = self._next_batch()
+            live = [it for it in batch if not it.future.done()]
+            if not live:
+                continue
+            t0 = time.perf_counter()
+            try:
+                results = self.engine.transcribe_windows([it.audio for it in live], live[0].language)
+            except Exception as exc:  # the engine failed: fail these windows, keep serving
+                for it in live:
+                    it.loop.call_soon_threadsafe(_settle, it.future, None, exc)
+                continue
+            self.stats.batches += 1
+            self.stats.windows += len(live)
+            self.stats.sizes.append(len(live))
+            self.stats.audio_s += sum(len(it.audio) for it in live) / self.engine.sample_rate
+            self.stats.busy_s += time.perf_counter() - t0
+            for it, words in zip(live, results, strict=True):
+                it.loop.call_soon_threadsafe(_settle, it.future, words, None)
+
+
+def _settle(future: asyncio.Future[list[Word]], words: list[Word] | None, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(words or [])

@@ -1,0 +1,154 @@
+"""Decode a whole audio file to mono float32 at the model rate, natively and in parallel.
+
+The fast path is two native calls per time range, each releasing the GIL: libsndfile
+(through ``soundfile``'s cffi binding) reads and decodes the range in one
+``sf_readf_float`` call (WAV, FLAC, Ogg Vorbis/Opus, MP3, AIFF, ...), and ``soxr`` resamples
+it in one call; a stereo down-mix is one numpy reduction. A long file is cut into ranges
+decoded on a thread pool; each range is read with ``overlap`` frames on both sides,
+resampled on its own, and trimmed back, with range starts on multiples of the resampling
+period (``in_rate / gcd``) so every range's first output sample lands on an exact output
+index: the joined result has the same length as one serial decode and differs from it
+only by float rounding. Containers libsndfile cannot open (MP4/M4A, AAC, WebM, ...) fall
+back to PyAV through ``transports.audio_io.load_audio`` (a frame-by-frame loop).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from transports.audio_io import AudioFileError
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def decode_pool() -> ThreadPoolExecutor:
+    """The process-wide pool that decodes ranges (one thread per core)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="decode")
+    return _POOL
+
+
+@dataclass(frozen=True)
+class AudioInfo:
+    rate: int
+    channels: int
+    frames: int
+    format: str
+
+    @property
+    def duration(self) -> float:
+        return self.frames / self.rate if self.rate else 0.0
+
+
+def probe(path: str | Path) -> AudioInfo | None:
+    """What libsndfile sees in ``path``; ``None`` when it cannot open it."""
+    import soundfile as sf
+
+    try:
+        info = sf.info(str(path))
+    except (sf.LibsndfileError, RuntimeError):
+        return None
+    if info.samplerate <= 0 or info.channels <= 0:
+        return None
+    return AudioInfo(info.samplerate, info.channels, info.frames, info.format)
+
+
+def _read(path: str, start: int, stop: int | None) -> np.ndarray:
+    """Frames ``[start, stop)`` (``None``: to the end) as ``(n, channels)`` float32: one native read."""
+    import soundfile as sf
+
+    with sf.SoundFile(path) as f:
+        if start:
+            f.seek(start)
+        n = -1 if stop is None else stop - start
+        return f.read(n, dtype="float32", always_2d=True)
+
+
+def _mono_resampled(block: np.ndarray, in_rate: int, out_rate: int) -> np.ndarray:
+    mono = block[:, 0] if block.shape[1] == 1 else block.mean(axis=1, dtype=np.float32)
+    if in_rate == out_rate:
+        return np.ascontiguousarray(mono)
+    import soxr
+
+    return soxr.resample(mono, in_rate, out_rate, quality="HQ")
+
+
+def resampled_length(frames: int, in_rate: int, out_rate: int) -> int:
+    """Length soxr gives for ``frames`` input frames (what a serial decode returns)."""
+    return int(math.ceil(frames * out_rate / in_rate)) if in_rate != out_rate else frames
+
+
+def decode_range(path: str, info: AudioInfo, start: int, stop: int | None, out_rate: int,
+                 overlap: int) -> np.ndarray:
+    """Output samples for input frames ``[start, stop)``, resampled with ``overlap`` frames of context."""
+    lo = max(0, start - overlap)
+    hi = None if stop is None else min(info.frames, stop + overlap)
+    out = _mono_resampled(_read(path, lo, hi), info.rate, out_rate)
+    skip = (start - lo) * out_rate // info.rate
+    if stop is None:
+        return out[skip:]
+    keep = (stop - start) * out_rate // info.rate
+    return out[skip:skip + keep]
+
+
+class AudioTooLongError(AudioFileError):
+    """The audio is longer than the caller allows."""
+
+
+def _check_length(seconds: float, max_seconds: float | None) -> None:
+    if max_seconds is not None and seconds > max_seconds:
+        raise AudioTooLongError(f"the audio lasts {seconds:.0f} s; the limit is {max_seconds:.0f} s")
+
+
+def decode_file(path: str | Path, out_rate: int = 16000, *, chunk_s: float = 60.0, overlap_s: float = 0.25,
+                pool: Executor | None = None, max_seconds: float | None = None) -> np.ndarray:
+    """The whole of ``path`` as mono float32 at ``out_rate``; raises ``AudioFileError``.
+
+    ``max_seconds`` is checked from the header before decoding where libsndfile reads the
+    file, after decoding otherwise.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise AudioFileError(f"{p.name}: no such file")
+    if p.stat().st_size == 0:
+        raise AudioFileError("the file is empty (0 bytes)")
+    info = probe(p)
+    if info is None:
+        audio = _decode_with_pyav(p, out_rate)
+        _check_length(len(audio) / out_rate, max_seconds)
+        return audio
+    _check_length(info.duration, max_seconds)
+    period = info.rate // math.gcd(info.rate, out_rate)
+    chunk = max(period, int(chunk_s * info.rate) // period * period)
+    overlap = int(math.ceil(overlap_s * info.rate / period)) * period
+    starts = list(range(0, max(info.frames, 1), chunk))
+    try:
+        if len(starts) == 1:
+            audio = decode_range(str(p), info, 0, None, out_rate, 0)
+        else:
+            pool = pool or decode_pool()
+            jobs = [pool.submit(decode_range, str(p), info, a, a + chunk if i < len(starts) - 1 else None,
+                                out_rate, overlap) for i, a in enumerate(starts)]
+            audio = np.concatenate([j.result() for j in jobs])
+    except (RuntimeError, ValueError) as exc:  # libsndfile errors on a truncated or corrupt body
+        raise AudioFileError(f"not a readable audio file ({exc})") from None
+    if audio.size == 0:
+        raise AudioFileError("the audio stream holds no samples")
+    return audio
+
+
+def _decode_with_pyav(path: Path, out_rate: int) -> np.ndarray:
+    from transports.audio_io import load_audio
+
+    try:
+        return load_audio(path, out_rate)
+    except AudioFileError as exc:
+        # load_audio names the (temporary) path; keep only the reason.
+        raise AudioFileError(str(exc).split(": ", 1)[-1]) from None

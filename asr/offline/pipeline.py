@@ -1,0 +1,90 @@
+"""A file (or a corpus) to transcripts: decode -> plan -> engine -> stitch.
+
+``OfflineTranscriber`` serves concurrent requests on one engine through the
+``WindowBatcher``; ``transcribe_corpus`` is the synchronous form for batch jobs (Ray
+workers, the CLI), batching the windows of several files by length itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from asr.offline.batcher import WindowBatcher, length_batches
+from asr.offline.decode import decode_file
+from asr.offline.engine import WindowEngine
+from asr.offline.plan import Window, plan_windows
+from asr.offline.results import Transcript, Word
+from asr.offline.stitch import build_transcript, place_words
+
+
+@dataclass
+class Timings:
+    decode_s: float = 0.0
+    plan_s: float = 0.0
+    asr_s: float = 0.0
+    windows: int = 0
+    voiced_s: float = 0.0
+
+
+def _prepare(engine: WindowEngine, audio: np.ndarray) -> tuple[list[Window], list[np.ndarray]]:
+    windows = plan_windows(audio, engine.sample_rate, engine.plan)
+    return windows, [w.audio(audio) for w in windows]
+
+
+def _finish(engine: WindowEngine, windows: list[Window], words: list[list[Word]], n_samples: int,
+            language: str | None) -> Transcript:
+    placed = [w for win, ws in zip(windows, words, strict=True) for w in place_words(win, ws, engine.sample_rate)]
+    return build_transcript(placed, n_samples / engine.sample_rate, language or "en")
+
+
+class OfflineTranscriber:
+    """Concurrent requests on one engine."""
+
+    def __init__(self, engine: WindowEngine, max_batch: int | None = None) -> None:
+        self.engine = engine
+        self.batcher = WindowBatcher(engine, max_batch)
+
+    async def transcribe_audio(self, audio: np.ndarray, language: str | None,
+                               timings: Timings | None = None) -> Transcript:
+        timings = timings or Timings()
+        t0 = time.perf_counter()
+        windows, clips = await asyncio.to_thread(_prepare, self.engine, audio)
+        t1 = time.perf_counter()
+        words = await self.batcher.transcribe(clips, language)
+        timings.plan_s, timings.asr_s = t1 - t0, time.perf_counter() - t1
+        timings.windows = len(windows)
+        timings.voiced_s = sum(w.length for w in windows) / self.engine.sample_rate
+        return _finish(self.engine, windows, words, len(audio), language)
+
+    async def transcribe_file(self, path: str | Path, language: str | None,
+                              timings: Timings | None = None) -> Transcript:
+        timings = timings or Timings()
+        t0 = time.perf_counter()
+        audio = await asyncio.to_thread(decode_file, path, self.engine.sample_rate)
+        timings.decode_s = time.perf_counter() - t0
+        return await self.transcribe_audio(audio, language, timings)
+
+    def close(self) -> None:
+        self.batcher.close()
+
+
+def transcribe_corpus(engine: WindowEngine, audios: Sequence[np.ndarray], language: str | None,
+                      max_batch: int | None = None) -> list[Transcript]:
+    """Transcripts of several decoded files, their windows batched together by length."""
+    prepared = [_prepare(engine, a) for a in audios]
+    flat = [(f, k) for f, (_, clips) in enumerate(prepared) for k in range(len(clips))]
+    clips = [prepared[f][1][k] for f, k in flat]
+    words: list[list[Word]] = [[] for _ in flat]
+    for batch in length_batches([len(c) for c in clips], max_batch or engine.max_batch):
+        for i, ws in zip(batch, engine.transcribe_windows([clips[i] for i in batch], language), strict=True):
+            words[i] = ws
+    per_file: list[list[list[Word]]] = [[[] for _ in p[1]] for p in prepared]
+    for (f, k), ws in zip(flat, words, strict=True):
+        per_file[f][k] = ws
+    return [_finish(engine, p[0], per_file[f], len(audios[f]), language) for f, p in enumerate(prepared)]

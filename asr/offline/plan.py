@@ -1,0 +1,131 @@
+"""Cut a file into engine windows: skip silence, split long speech at quiet points, pack.
+
+A cheap energy gate (RMS per 20 ms frame, numpy) finds the voiced regions, so hours of
+silence cost milliseconds and never reach the model. A region longer than the window is
+split at its quietest frame near the limit, with ``overlap_s`` of audio shared on each side
+of the cut; the cut itself decides which piece owns a word (``stitch`` keeps a word in the
+piece whose owned span holds its centre). Consecutive pieces are then packed into one
+window up to ``max_window_s`` of audio, silence between them left out, so a window never
+pays for dead air (Whisper encodes 30 s whatever it is given).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+FRAME_S = 0.02
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    max_window_s: float = 30.0
+    overlap_s: float = 1.0  # shared audio on each side of a cut inside continuous speech
+    search_s: float = 5.0  # how far back from the limit to look for the quietest cut
+    silence_db: float = -50.0  # frames with RMS below this (dBFS) are silence
+    pad_s: float = 0.3  # kept around each voiced stretch
+    min_voiced_s: float = 0.1  # shorter blips (clicks) are dropped
+
+    def __post_init__(self) -> None:
+        if self.max_window_s <= 2 * self.overlap_s + self.search_s:
+            raise ValueError("max_window_s must exceed 2 * overlap_s + search_s")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Samples ``[start, stop)`` of the file; the piece owns words centred in ``[own_start, own_stop)``."""
+
+    start: int
+    stop: int
+    own_start: int
+    own_stop: int
+
+    @property
+    def length(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class Window:
+    """Pieces played back to back: what one engine call sees."""
+
+    pieces: tuple[Piece, ...]
+
+    @property
+    def length(self) -> int:
+        return sum(p.length for p in self.pieces)
+
+    def audio(self, samples: np.ndarray) -> np.ndarray:
+        if len(self.pieces) == 1:
+            p = self.pieces[0]
+            return samples[p.start:p.stop]
+        return np.concatenate([samples[p.start:p.stop] for p in self.pieces])
+
+
+def frame_db(audio: np.ndarray, frame: int) -> np.ndarray:
+    """RMS level of each whole frame in dBFS (the tail shorter than a frame is its own frame)."""
+    n = len(audio) // frame
+    body = audio[: n * frame].reshape(n, frame) if n else np.zeros((0, frame), np.float32)
+    power = np.einsum("ij,ij->i", body, body, dtype=np.float64) / frame
+    if len(audio) > n * frame:
+        tail = audio[n * frame:]
+        power = np.append(power, float(np.dot(tail, tail)) / len(tail))
+    return 10.0 * np.log10(power + 1e-12)
+
+
+def voiced_regions(audio: np.ndarray, rate: int, opts: PlanOptions) -> list[tuple[int, int]]:
+    """Sample ranges with sound above ``silence_db``, padded and merged."""
+    frame = int(rate * FRAME_S)
+    loud = frame_db(audio, frame) > opts.silence_db
+    if not loud.any():
+        return []
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], loud.view(np.int8), [0]))))
+    starts, stops = edges[0::2], edges[1::2]
+    min_frames = max(1, int(round(opts.min_voiced_s / FRAME_S)))
+    keep = (stops - starts) >= min_frames
+    pad = int(opts.pad_s * rate)
+    regions: list[tuple[int, int]] = []
+    for a, b in zip(starts[keep] * frame, stops[keep] * frame, strict=True):
+        a, b = max(0, int(a) - pad), min(len(audio), int(b) + pad)
+        if regions and a <= regions[-1][1]:
+            regions[-1] = (regions[-1][0], b)
+        else:
+            regions.append((a, b))
+    return regions
+
+
+def split_region(audio: np.ndarray, rate: int, start: int, stop: int, opts: PlanOptions) -> list[Piece]:
+    """Split ``[start, stop)`` into pieces of at most ``max_window_s`` at quiet frames."""
+    max_len = int(opts.max_window_s * rate)
+    ov = int(opts.overlap_s * rate)
+    frame = int(rate * FRAME_S)
+    pieces: list[Piece] = []
+    own_start, lo = start, start
+    while stop - lo > max_len:
+        # The piece [lo, cut + ov) must fit: cut <= lo + max_len - ov; search back from there.
+        hi_cut = lo + max_len - ov
+        lo_cut = max(own_start + frame, hi_cut - int(opts.search_s * rate))
+        levels = frame_db(audio[lo_cut:hi_cut], frame)
+        cut = lo_cut + int(np.argmin(levels)) * frame + frame // 2
+        pieces.append(Piece(lo, min(stop, cut + ov), own_start, cut))
+        own_start, lo = cut, cut - ov
+    pieces.append(Piece(lo, stop, own_start, stop))
+    return pieces
+
+
+def plan_windows(audio: np.ndarray, rate: int, opts: PlanOptions | None = None) -> list[Window]:
+    """Every voiced sample of ``audio`` in windows of at most ``max_window_s`` seconds."""
+    opts = opts or PlanOptions()
+    max_len = int(opts.max_window_s * rate)
+    windows: list[Window] = []
+    current: list[Piece] = []
+    for a, b in voiced_regions(audio, rate, opts):
+        for piece in split_region(audio, rate, a, b, opts):
+            if current and sum(p.length for p in current) + piece.length > max_len:
+                windows.append(Window(tuple(current)))
+                current = []
+            current.append(piece)
+    if current:
+        windows.append(Window(tuple(current)))
+    return windows

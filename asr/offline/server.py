@@ -1,0 +1,177 @@
+"""An OpenAI-compatible transcription server: ``POST /v1/audio/transcriptions``.
+
+Takes what OpenAI's API takes (multipart ``file``, ``model``, ``response_format``,
+``language``, ``timestamp_granularities[]``; ``prompt`` and ``temperature`` are accepted and
+ignored: decoding is greedy and unprompted) and answers in its formats, with its error
+shape. Unlike OpenAI's 25 MB cap, hour-long files go in one request: the upload streams to
+disk under a configurable byte limit, decoding is native and parallel, and the windows of
+every request in flight share the engine through the batcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from asr.offline.decode import AudioTooLongError, decode_file
+from asr.offline.errors import ApiError
+from asr.offline.formats import RESPONSE_FORMATS, render
+from asr.offline.pipeline import OfflineTranscriber, Timings
+from asr.offline.upload import Upload, read_upload
+from transports.audio_io import AudioFileError
+
+log = logging.getLogger("cadence.transcribe_server")
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    max_upload_mb: float = 1024.0
+    max_audio_s: float = 4 * 3600.0
+    max_inflight: int = 64  # requests held at once (uploading, decoding or queued); more get 429
+    aliases: tuple[str, ...] = ("whisper-1",)  # model names answered besides the engine's own
+    tmp_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class Params:
+    response_format: str
+    language: str | None
+    words: bool
+
+
+def parse_params(upload: Upload, model_names: tuple[str, ...], languages: frozenset[str] | None) -> Params:
+    if upload.path is None:
+        raise ApiError(400, "missing the 'file' part (multipart field 'file' with a filename)", param="file")
+    if upload.size == 0:
+        raise ApiError(400, f"the uploaded file {upload.filename!r} is empty (0 bytes)", param="file",
+                       code="empty_file")
+    model = (upload.get("model") or "").strip()
+    if not model:
+        raise ApiError(400, "missing the 'model' field", param="model")
+    if model not in model_names:
+        raise ApiError(400, f"model {model!r} is not served here; use one of: {', '.join(model_names)}",
+                       param="model", code="model_not_found")
+    fmt = (upload.get("response_format") or "json").strip()
+    if fmt not in RESPONSE_FORMATS:
+        raise ApiError(400, f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, not {fmt!r}",
+                       param="response_format")
+    if (upload.get("stream") or "false").strip().lower() in ("true", "1"):
+        raise ApiError(400, "streaming transcription is not supported by this server", param="stream")
+    language = (upload.get("language") or "").strip().lower() or None
+    if language is not None and languages is not None and language not in languages:
+        raise ApiError(400, f"this model transcribes {', '.join(sorted(languages))} only, not {language!r}",
+                       param="language", code="unsupported_language")
+    temperature = upload.get("temperature")
+    if temperature is not None:
+        try:
+            float(temperature)
+        except ValueError:
+            raise ApiError(400, f"temperature must be a number, not {temperature!r}", param="temperature") from None
+    granularities = upload.fields.get("timestamp_granularities[]", []) + upload.fields.get(
+        "timestamp_granularities", [])
+    words = "word" in granularities
+    if words and fmt != "verbose_json":
+        raise ApiError(400, "word timestamps need response_format=verbose_json", param="timestamp_granularities")
+    return Params(fmt, language, words)
+
+
+class TranscriptionServer:
+    def __init__(self, transcriber: OfflineTranscriber, options: ServerOptions | None = None) -> None:
+        self.transcriber = transcriber
+        self.options = options or ServerOptions()
+        engine = transcriber.engine
+        self.model_names = (engine.name, *(a for a in self.options.aliases if a != engine.name))
+        self.inflight = 0
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[_errors])
+        app.router.add_post("/v1/audio/transcriptions", self.transcriptions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+
+        async def close(_: web.Application) -> None:
+            await asyncio.to_thread(self.transcriber.close)
+
+        app.on_cleanup.append(close)
+        return app
+
+    async def models(self, _: web.Request) -> web.Response:
+        data = [{"id": n, "object": "model", "owned_by": "cadence"} for n in self.model_names]
+        return web.json_response({"object": "list", "data": data})
+
+    async def health(self, _: web.Request) -> web.Response:
+        stats = self.transcriber.batcher.stats
+        return web.json_response({"status": "ok", "model": self.model_names[0], "inflight": self.inflight,
+                                  "batches": stats.batches, "windows": stats.windows})
+
+    async def transcriptions(self, request: web.Request) -> web.Response:
+        if self.inflight >= self.options.max_inflight:
+            raise ApiError(429, f"the server is at its limit of {self.options.max_inflight} requests; retry later",
+                           code="busy", headers={"Retry-After": "5"})
+        self.inflight += 1
+        upload: Upload | None = None
+        try:
+            upload = await read_upload(request, int(self.options.max_upload_mb * 1e6), self.options.tmp_dir)
+            params = parse_params(upload, self.model_names, self.transcriber.engine.languages)
+            return await self._transcribe(upload, params)
+        finally:
+            self.inflight -= 1
+            if upload is not None:
+                upload.cleanup()
+
+    async def _transcribe(self, upload: Upload, params: Params) -> web.Response:
+        timings = Timings()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        try:
+            audio = await asyncio.to_thread(decode_file, upload.path, self.transcriber.engine.sample_rate,
+                                            max_seconds=self.options.max_audio_s)
+        except AudioTooLongError as exc:
+            raise ApiError(400, f"{upload.filename!r}: {exc}", param="file", code="audio_too_long") from None
+        except AudioFileError as exc:
+            reason = str(exc).replace(str(upload.path), upload.filename)  # never leak the temporary path
+            raise ApiError(400, f"could not decode {upload.filename!r} as audio: {reason}", param="file",
+                           code="invalid_audio") from None
+        timings.decode_s = loop.time() - t0
+        upload.cleanup()  # the disk copy is no longer needed
+        transcript = await self.transcriber.transcribe_audio(audio, params.language, timings)
+        body, content_type = render(transcript, params.response_format, params.words)
+        header = json.dumps({"decode_s": round(timings.decode_s, 4), "plan_s": round(timings.plan_s, 4),
+                             "asr_s": round(timings.asr_s, 4), "windows": timings.windows,
+                             "voiced_s": round(timings.voiced_s, 2), "audio_s": round(transcript.duration, 3)})
+        return web.Response(text=body, content_type=content_type, headers={"x-cadence-timings": header})
+
+
+@web.middleware
+async def _errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return exc.response()
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("transcription failed")
+        return ApiError(500, "internal error while transcribing; see the server log").response()
+
+
+async def serve(transcriber: OfflineTranscriber, host: str, port: int, options: ServerOptions | None = None,
+                on_ready=None, stop: asyncio.Event | None = None) -> None:  # type: ignore[no-untyped-def]
+    """Serve until cancelled or ``stop`` is set; ``on_ready(url)`` is called once listening."""
+    server = TranscriptionServer(transcriber, options)
+    runner = web.AppRunner(server.app(), access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = runner.addresses[0]
+        url = f"http://{host}:{bound[1]}"
+        if on_ready is not None:
+            on_ready(url)
+        await (stop.wait() if stop is not None else asyncio.Event().wait())
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,83 @@
+"""Read an OpenAI-style multipart transcription request, streaming the file to disk.
+
+The file part never sits in memory: it is written to a temporary file chunk by chunk and
+the byte limit is enforced as it arrives (and up front from ``Content-Length``), so an
+hour-long upload costs a disk file, and an oversized one is refused without reading it all.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+from asr.offline.errors import ApiError
+
+FIELD_LIMIT = 64 * 1024  # bytes for any text field
+
+
+@dataclass
+class Upload:
+    path: Path | None = None
+    filename: str = ""
+    size: int = 0
+    fields: dict[str, list[str]] = field(default_factory=dict)
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        values = self.fields.get(name)
+        return values[-1] if values else default
+
+    def cleanup(self) -> None:
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+            self.path = None
+
+
+async def read_upload(request: web.Request, max_bytes: int, tmp_dir: str | None = None) -> Upload:
+    """Parse the multipart body; raises ``ApiError`` (400 or 413). The caller must ``cleanup()``."""
+    if request.content_length is not None and request.content_length > max_bytes + FIELD_LIMIT:
+        raise _too_large(max_bytes)
+    if not request.content_type.startswith("multipart/"):
+        raise ApiError(400, "the request must be multipart/form-data with a 'file' part", param="file")
+    reader = await request.multipart()
+    upload = Upload()
+    try:
+        while (part := await reader.next()) is not None:
+            name = part.name or ""
+            if name == "file" and part.filename is not None:  # type: ignore[union-attr]
+                if upload.path is not None:
+                    raise ApiError(400, "send one 'file' part, not several", param="file")
+                await _save_file(part, upload, max_bytes, tmp_dir)  # type: ignore[arg-type]
+            else:
+                text = await part.read(decode=True)  # type: ignore[union-attr]
+                if len(text) > FIELD_LIMIT:
+                    raise ApiError(400, f"the field {name!r} is too long", param=name)
+                upload.fields.setdefault(name, []).append(text.decode("utf-8", "replace"))
+    except ApiError:
+        upload.cleanup()
+        raise
+    except ValueError as exc:  # a malformed multipart body
+        upload.cleanup()
+        raise ApiError(400, f"malformed multipart body ({exc})") from None
+    return upload
+
+
+async def _save_file(part: object, upload: Upload, max_bytes: int, tmp_dir: str | None) -> None:
+    filename = getattr(part, "filename", "") or ""
+    suffix = Path(filename).suffix[:16]
+    fd, name = tempfile.mkstemp(prefix="cadence-upload-", suffix=suffix, dir=tmp_dir)
+    upload.path, upload.filename = Path(name), filename
+    with os.fdopen(fd, "wb") as f:
+        while chunk := await part.read_chunk(1 << 20):  # type: ignore[attr-defined]
+            upload.size += len(chunk)
+            if upload.size > max_bytes:
+                raise _too_large(max_bytes)
+            f.write(chunk)
+
+
+def _too_large(max_bytes: int) -> ApiError:
+    return ApiError(413, f"the upload is larger than the server's limit of {max_bytes / 1e6:.0f} MB",
+                    param="file", code="file_too_large")

@@ -1,0 +1,102 @@
+"""``cadence transcribe-server`` (OpenAI-compatible file transcription) and ``cadence transcribe-ray``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from agent.cli import add_config_args
+from agent.commands import UserError, effective_config, friendly
+
+
+def _add_engine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", choices=("whisper", "parakeet"), help="ASR engine (default: asr.engine)")
+    p.add_argument("--model", help="model dir or checkpoint (default: asr.model; empty: embedded Whisper tiny.en)")
+    p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: asr.device)")
+    p.add_argument("--max-batch", type=int, default=0, help="windows per engine call (default: the engine's)")
+
+
+def _engine_spec(args: argparse.Namespace, config: Any) -> Any:
+    from asr.offline.engine import EngineSpec
+
+    asr = config.asr
+    return EngineSpec(
+        engine=args.engine or asr.engine, model=args.model if args.model is not None else asr.model,
+        device=args.device or asr.device, compute_type=asr.compute_type, dtype=asr.dtype,
+        encoder_backend=asr.encoder_backend, max_batch=args.max_batch,
+    )
+
+
+def _load_engine(spec: Any) -> Any:
+    from asr.offline.engine import make_engine
+
+    try:
+        return make_engine(spec)
+    except (ImportError, FileNotFoundError, ValueError) as exc:
+        raise UserError(f"cannot load the {spec.engine} engine: {exc}") from None
+
+
+def cmd_transcribe_server(args: argparse.Namespace) -> int:
+    config = effective_config(args)
+    spec = _engine_spec(args, config)
+    from agent.runtime import run
+    from asr.offline.pipeline import OfflineTranscriber
+    from asr.offline.server import ServerOptions, serve
+
+    engine = _load_engine(spec)
+    options = ServerOptions(max_upload_mb=args.max_upload_mb, max_audio_s=args.max_audio_s,
+                            max_inflight=args.max_inflight)
+
+    def ready(url: str) -> None:
+        print(f"Cadence transcription server ready: {url}/v1 (model {engine.name}; "
+              f"POST {url}/v1/audio/transcriptions)", flush=True)
+
+    run(serve(OfflineTranscriber(engine, spec.max_batch or None), args.host or config.server.host,
+              args.port, options, ready), use_uvloop=config.runtime.uvloop)
+    return 0
+
+
+def cmd_transcribe_ray(args: argparse.Namespace) -> int:
+    spec = _engine_spec(args, effective_config(args))
+    from asr.offline.ray_job import RayJobOptions, find_audio_files, run_ray_job
+
+    files = find_audio_files(args.dir)
+    if not files:
+        raise UserError(f"{args.dir}: no audio files found")
+    opts = RayJobOptions(address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+                         cpus_per_worker=args.cpus_per_worker, files_per_batch=args.files_per_batch,
+                         response_format=args.format, language=args.language)
+    summary = run_ray_job(spec, files, args.dir, args.out, opts)
+    print(summary.describe())
+    return 0 if not summary.failed else 1
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("transcribe-server", help="OpenAI-compatible file transcription server",
+                       description="Serve POST /v1/audio/transcriptions (OpenAI's API: json, text, srt, vtt, "
+                                   "verbose_json) on the configured ASR engine; hour-long files in one request.")
+    add_config_args(p)
+    _add_engine_args(p)
+    p.add_argument("--host", help="listen address (default: server.host)")
+    p.add_argument("--port", type=int, default=8000, help="listen port, 0 for any free port (default: 8000)")
+    p.add_argument("--max-upload-mb", type=float, default=1024.0, help="largest upload accepted (default: 1024)")
+    p.add_argument("--max-audio-s", type=float, default=4 * 3600.0, help="longest audio accepted (default: 4 h)")
+    p.add_argument("--max-inflight", type=int, default=64, help="requests held at once; more get 429")
+    p.set_defaults(func=friendly(cmd_transcribe_server))
+
+    p = sub.add_parser("transcribe-ray", help="transcribe a directory of audio as a Ray Data job",
+                       description="Spread every audio file under DIR over a Ray cluster (local when no "
+                                   "--address); write one transcript per file under --out.")
+    add_config_args(p)
+    _add_engine_args(p)
+    p.add_argument("dir", type=Path, help="directory of audio files (searched recursively)")
+    p.add_argument("--out", "-o", type=Path, required=True, help="output directory (mirrors DIR)")
+    p.add_argument("--format", default="json", choices=("json", "text", "srt", "vtt", "verbose_json"))
+    p.add_argument("--language", default=None, help="language code (default: the engine's)")
+    p.add_argument("--address", default=None, help="Ray cluster address (default: start a local one)")
+    p.add_argument("--workers", type=int, default=1, help="engine replicas (one per GPU on GPU clusters)")
+    p.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per replica (default 0: CPU)")
+    p.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs per replica")
+    p.add_argument("--files-per-batch", type=int, default=8, help="files each replica takes at once")
+    p.set_defaults(func=friendly(cmd_transcribe_ray))
