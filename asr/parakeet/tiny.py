@@ -1,0 +1,283 @@
+"""Tiny random-weight Parakeet-TDT checkpoints of the real architecture, for tests and demos.
+
+``make_tiny_checkpoint`` writes a transformers-format folder (``config.json``,
+``model.safetensors``, ``generation_config.json``, ``preprocessor_config.json``, a real
+SentencePiece ``tokenizer.model`` trained offline here, plus ``tokenizer.json``);
+``make_tiny_nemo`` writes the same weights as a ``.nemo`` archive with NeMo's key names.
+
+The joint's output bias is set so decoding behaves like speech: blank wins most frames and the
+model emits about ``target_rate`` tokens per encoder frame (calibrated on synthetic audio unless
+``blank_bias`` is given). Duration logits get a spread of biases so jumps of 0..4 all occur.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from asr.parakeet._deps import require
+
+_WORD_TEXT = (
+    "the a an and or but if then so because when while where what who how why this that these those "
+    "i you he she we they it me him her us them my your our their hello hi yes no okay thanks please "
+    "sorry good great fine bad right left up down in out on off over under again now later today "
+    "tomorrow yesterday morning evening night time day week month year call phone number order "
+    "account payment card bank money price cost help question answer service agent support ticket "
+    "weather rain sun cloud wind cold warm hot city street house home office room door window table "
+    "chair book page letter word name voice sound music song radio news story water coffee tea bread "
+    "apple orange green blue red black white yellow one two three four five six seven eight nine ten "
+    "hundred thousand first second third last next open close start stop wait go come see look listen "
+    "speak talk say tell ask want need like love know think make take give find keep turn move run "
+    "walk drive fly read write send receive check change cancel book meeting train flight ticket hotel"
+)
+_SYLLABLES = "ka ri mo ten sa lu vin dor pel quo zan tri fe gol hum bra cle dru esk fon gri"
+
+
+def synthetic_corpus(seed: int = 0, sentences: int = 4000) -> list[str]:
+    """Deterministic English-like sentences (real words plus made-up ones) to train a tokenizer on."""
+    rng = random.Random(seed)
+    syl = _SYLLABLES.split()
+    made_up = ["".join(rng.choice(syl) for _ in range(rng.randint(2, 4))) for _ in range(400)]
+    vocab = _WORD_TEXT.split() * 3 + made_up
+    return [" ".join(rng.choice(vocab) for _ in range(rng.randint(4, 14))) for _ in range(sentences)]
+
+
+def train_sentencepiece(vocab_size: int, seed: int = 0) -> bytes:
+    """Train a BPE SentencePiece model (``<unk>`` = 0, ``<pad>`` = 1) and return the model bytes."""
+    spm = require("sentencepiece")
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(synthetic_corpus(seed)), model_writer=model, vocab_size=vocab_size,
+        model_type="bpe", character_coverage=1.0, unk_id=0, pad_id=1, bos_id=-1, eos_id=-1,
+        num_threads=1, minloglevel=2, split_digits=False,
+    )
+    return model.getvalue()
+
+
+def tiny_config(vocab_size: int, layers: int, hidden: int, pred_hidden: int) -> object:
+    """A ``ParakeetTDTConfig`` of the real architecture at toy width (128 mels, x8 subsampling)."""
+    from transformers import ParakeetTDTConfig
+
+    encoder = dict(
+        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=hidden * 4,
+        num_mel_bins=128, subsampling_conv_channels=16, conv_kernel_size=9, attention_bias=False,
+        convolution_bias=False, scale_input=False, dropout=0.0, dropout_positions=0.0, layerdrop=0.0,
+        activation_dropout=0.0, attention_dropout=0.0,
+    )
+    return ParakeetTDTConfig(
+        encoder_config=encoder, vocab_size=vocab_size + 1, blank_token_id=vocab_size, pad_token_id=1,
+        decoder_hidden_size=pred_hidden, num_decoder_layers=2, durations=[0, 1, 2, 3, 4], max_symbols_per_step=10,
+    )
+
+
+def _randomize(model: torch.nn.Module, seed: int) -> None:
+    """Weights at scales that make the joint's decisions depend on the audio and the history."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def normal_(t: torch.Tensor, std: float, mean: float = 0.0) -> None:
+        t.copy_(torch.randn(t.shape, generator=gen) * std + mean)
+
+    with torch.no_grad():
+        for module in model.encoder.modules():  # fan-in scaled, so activations keep unit size
+            if isinstance(module, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d)):
+                fan_in = module.weight[0].numel()
+                normal_(module.weight, 1.0 / math.sqrt(fan_in))
+                if module.bias is not None:
+                    normal_(module.bias, 0.05)
+        for layer in model.encoder.layers:
+            bn = layer.conv.norm
+            normal_(bn.running_mean, 0.3)
+            bn.running_var.copy_(torch.rand(bn.running_var.shape, generator=gen) * 1.5 + 0.5)
+            normal_(bn.weight, 0.2, 1.0)
+            normal_(bn.bias, 0.2)
+            normal_(layer.self_attn.bias_u, 0.3)
+            normal_(layer.self_attn.bias_v, 0.3)
+        hidden = model.config.encoder_config.hidden_size
+        pred = model.config.decoder_hidden_size
+        normal_(model.encoder_projector.weight, 1.0 / math.sqrt(hidden))
+        normal_(model.encoder_projector.bias, 0.1)
+        normal_(model.decoder.embedding.weight, 1.0)
+        model.decoder.embedding.weight[model.config.blank_token_id].zero_()  # NeMo: blank is padding_idx
+        normal_(model.decoder.decoder_projector.weight, 1.0 / math.sqrt(pred))
+        normal_(model.decoder.decoder_projector.bias, 0.1)
+        normal_(model.joint.head.weight, 2.0 / math.sqrt(pred))
+        # relu(hidden) >= 0: zero-sum rows keep one logit from winning on its row sum alone
+        head = model.joint.head.weight
+        head.sub_(head.mean(dim=1, keepdim=True))
+        head[model.config.vocab_size :].mul_(2.0)  # durations: let the audio, not the prior, decide
+        model.joint.head.bias.zero_()
+
+
+def set_joint_bias(head: torch.nn.Linear, vocab_size: int, blank_bias: float) -> None:
+    """Token biases 0, blank ``blank_bias``; duration biases favour 1-2 frames, allow 0-4."""
+    with torch.no_grad():
+        head.bias.zero_()
+        head.bias[vocab_size] = blank_bias
+        head.bias[vocab_size + 1 :] = torch.tensor([-0.6, 1.0, 0.8, 0.4, 0.0], dtype=head.bias.dtype)
+
+
+def synthetic_speech(seconds: float, seed: int, sample_rate: int = 16000) -> np.ndarray:
+    """A deterministic speech-like signal: pitched, formant-ish bursts with pauses and noise."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * sample_rate)
+    t = np.arange(n) / sample_rate
+    out = 0.003 * rng.standard_normal(n)
+    pos = 0
+    while pos < n:
+        dur = int(rng.uniform(0.08, 0.35) * sample_rate)
+        seg = slice(pos, min(n, pos + dur))
+        if rng.random() < 0.75:
+            f0 = rng.uniform(90, 240)
+            env = np.hanning(seg.stop - seg.start)
+            tone = sum(np.sin(2 * np.pi * f0 * k * t[seg]) / k for k in range(1, 6))
+            formant = np.sin(2 * np.pi * rng.uniform(300, 3000) * t[seg])
+            out[seg] += 0.1 * env * (tone + 0.5 * formant)
+        else:
+            out[seg] += 0.02 * rng.standard_normal(seg.stop - seg.start)
+        pos += dur + int(rng.uniform(0.0, 0.15) * sample_rate)
+    return out.astype(np.float32)
+
+
+def encode_clips(model: torch.nn.Module, clips: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Projected encoder output and lengths for a list of 16 kHz clips (reference path)."""
+    from asr.parakeet.features import LogMelFeatures
+
+    features = LogMelFeatures()
+    lengths = torch.tensor([len(c) for c in clips])
+    audio = torch.zeros(len(clips), int(lengths.max()))
+    for i, clip in enumerate(clips):
+        audio[i, : len(clip)] = torch.from_numpy(clip)
+    feats, frames = features(audio, lengths)
+    mask = torch.arange(feats.shape[1]).unsqueeze(0) < frames.unsqueeze(1)
+    with torch.inference_mode():
+        out = model.get_audio_features(input_features=feats, attention_mask=mask)
+    return out.pooler_output, out.attention_mask.sum(-1)
+
+
+def center_encoder_projection(model: torch.nn.Module, seed: int = 0) -> None:
+    """Shift the joint's encoder projection bias so its output averages 0 over speech-like audio."""
+    clips = [synthetic_speech(4.0, seed=seed * 100 + 50 + i) for i in range(2)]
+    enc, lengths = encode_clips(model, clips)
+    mask = torch.arange(enc.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)
+    mean = enc[mask].mean(dim=0)
+    with torch.no_grad():
+        model.encoder_projector.bias.sub_(mean)
+
+
+def calibrate_blank_bias(model: torch.nn.Module, target_rate: float = 0.3, seed: int = 0) -> float:
+    """Bisect the blank bias until greedy decoding emits about ``target_rate`` tokens per frame."""
+    from asr.parakeet.decoder import LabelLoopingDecoder
+
+    clips = [synthetic_speech(3.0 + i, seed=seed * 100 + i) for i in range(5)]
+    enc, lengths = encode_clips(model, clips)
+    decoder = LabelLoopingDecoder.from_model(model)
+    state = decoder.alloc(enc.shape[0], enc.shape[1])
+
+    def rate(bias: float) -> float:
+        set_joint_bias(decoder.joint_head, model.config.blank_token_id, bias)
+        seqs, _ = decoder.decode(enc, lengths, state=state)
+        return sum(len(s.tokens) for s in seqs) / float(lengths.sum())
+
+    low, high = -5.0, 30.0
+    for _ in range(10):
+        mid = (low + high) / 2
+        if rate(mid) > target_rate:
+            low = mid
+        else:
+            high = mid
+    return round((low + high) / 2, 3)
+
+
+def build_tiny_model(
+    vocab_size: int = 256, layers: int = 2, seed: int = 0, blank_bias: float | None = None,
+    hidden: int = 64, pred_hidden: int = 64, target_rate: float = 0.3,
+) -> tuple[torch.nn.Module, bytes]:
+    """The model (eval, float32) and its SentencePiece model bytes."""
+    from transformers import ParakeetForTDT
+
+    sp_model = train_sentencepiece(vocab_size, seed)
+    torch.manual_seed(seed)
+    model = ParakeetForTDT(tiny_config(vocab_size, layers, hidden, pred_hidden)).eval().requires_grad_(False)
+    _randomize(model, seed)
+    center_encoder_projection(model, seed)
+    if blank_bias is None:
+        blank_bias = calibrate_blank_bias(model, target_rate, seed)
+    set_joint_bias(model.joint.head, vocab_size, blank_bias)
+    gen = model.generation_config
+    gen.decoder_start_token_id = model.config.blank_token_id
+    gen.pad_token_id = model.config.pad_token_id
+    # as transformers' converter does: never pick a duration logit as the next token
+    gen.suppress_tokens = list(range(vocab_size + 1, vocab_size + 1 + len(model.config.durations)))
+    return model, sp_model
+
+
+def _write_tokenizer_json(sp_file: Path, out_dir: Path) -> None:
+    """``tokenizer.json`` as transformers' converter writes it (what Hub checkpoints carry)."""
+    try:
+        from transformers.convert_slow_tokenizer import ParakeetConverter
+
+        ParakeetConverter(str(sp_file)).converted().save(str(out_dir / "tokenizer.json"))
+    except Exception:  # protobuf missing or mismatched: tokenizer.model is enough for Cadence
+        return
+
+
+def make_tiny_checkpoint(
+    out_dir: str | Path, vocab_size: int = 256, layers: int = 2, seed: int = 0,
+    blank_bias: float | None = None, hidden: int = 64, pred_hidden: int = 64,
+) -> Path:
+    """Write a tiny transformers-format ``ParakeetForTDT`` folder; return its path."""
+    from transformers import ParakeetFeatureExtractor
+
+    from asr.parakeet.features import FeatureConfig
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model, sp_model = build_tiny_model(vocab_size, layers, seed, blank_bias, hidden, pred_hidden)
+    model.save_pretrained(out)
+    (out / "tokenizer.model").write_bytes(sp_model)
+    _write_tokenizer_json(out / "tokenizer.model", out)
+    ParakeetFeatureExtractor(**FeatureConfig().to_hf()).save_pretrained(out)
+    blank = float(model.joint.head.bias[vocab_size].detach())
+    (out / "cadence_tiny.json").write_text(json.dumps({"seed": seed, "blank_bias": blank, "layers": layers}))
+    return out
+
+
+def make_tiny_nemo(
+    out_path: str | Path, vocab_size: int = 256, layers: int = 2, seed: int = 0,
+    blank_bias: float | None = None, hidden: int = 64, pred_hidden: int = 64, hf_dir: str | Path | None = None,
+) -> Path:
+    """Write a tiny ``.nemo`` archive; with ``hf_dir`` (a tiny folder), the same weights as that folder."""
+    from transformers import ParakeetForTDT
+
+    from asr.parakeet.features import FeatureConfig, slaney_mel_filterbank
+    from asr.parakeet.nemo_format import hf_to_nemo_config, hf_to_nemo_state_dict, write_nemo
+    from asr.parakeet.tokenizer import SentencePieceTokenizer
+
+    tmp = None
+    if hf_dir is None:
+        tmp = Path(tempfile.mkdtemp(prefix="cadence-tiny-"))
+        hf_dir = make_tiny_checkpoint(tmp, vocab_size, layers, seed, blank_bias, hidden, pred_hidden)
+    try:
+        hf_dir = Path(hf_dir)
+        model = ParakeetForTDT.from_pretrained(hf_dir).eval()
+        sp_bytes = (hf_dir / "tokenizer.model").read_bytes()
+        tok = SentencePieceTokenizer(hf_dir / "tokenizer.model")
+        labels = [tok.piece(i) for i in range(tok.vocab_size)]
+        feature = FeatureConfig()
+        name = "1a2b3c4d_tokenizer.model"
+        config = hf_to_nemo_config(model.config, feature.as_dict(), labels, name)
+        state = hf_to_nemo_state_dict({k: v.clone() for k, v in model.state_dict().items()})
+        state["preprocessor.featurizer.window"] = torch.hann_window(feature.win_length, periodic=False)
+        state["preprocessor.featurizer.fb"] = torch.from_numpy(slaney_mel_filterbank(feature)).unsqueeze(0)
+        return write_nemo(out_path, config, state, sp_bytes, name)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
