@@ -24,7 +24,7 @@ def _decoder(blank_bias: float, dtype: torch.dtype = torch.float32) -> LabelLoop
 
 
 @pytest.mark.parametrize("mode", ["conditional", "graphs"])
-@pytest.mark.parametrize("blank_bias", [0.0, 1.0])  # 0.0 hits the 10-symbol cap often; 1.0 mostly blanks
+@pytest.mark.parametrize("blank_bias", [0.0, 0.08])  # 0.0 often hits the 10-symbol cap; 0.08 mixes blanks in
 def test_graph_modes_match_plain_loop(mode: str, blank_bias: float) -> None:
     if mode == "conditional":
         pytest.importorskip("cuda.bindings")
@@ -49,7 +49,7 @@ def test_graph_modes_match_plain_loop(mode: str, blank_bias: float) -> None:
 
 def test_graph_decoder_streaming_carry_matches_plain_loop() -> None:
     pytest.importorskip("cuda.bindings")
-    decoder = _decoder(1.0)
+    decoder = _decoder(0.08)
     graph = GraphDecoder(decoder, mode="auto")
     gen = torch.Generator(device="cpu").manual_seed(1)
     enc = torch.randn(2, 60, decoder.joint_hidden, generator=gen).to("cuda")

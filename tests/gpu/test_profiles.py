@@ -7,6 +7,7 @@ import pytest
 from asr.parakeet.gpu.profiles import (
     DEFAULT_PROFILES,
     ShapeProfile,
+    aligned_frames,
     parse_profiles,
     plan_batches,
     select_profile,
@@ -21,6 +22,7 @@ def test_parse_default_profiles_cover_streaming_segments_and_long_windows() -> N
     assert by_name["long"].frames >= 30001  # 5 min window
     assert [p.frames for p in profiles] == sorted(p.frames for p in profiles)
     assert all(p.frames % 32 == 0 for p in profiles)
+    assert aligned_frames(3001) == 3008 and aligned_frames(64) == 64
 
 
 def test_parse_errors() -> None:

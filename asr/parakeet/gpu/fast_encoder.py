@@ -249,6 +249,17 @@ class FastConformer(nn.Module):
 
     def compile_layers(self, **kwargs) -> FastConformer:
         """``torch.compile`` the shared layer function and the subsampling (one compile per shape)."""
+        import torch._dynamo.config as dynamo_config
+
+        # One recompile per shape profile: lift dynamo's per-function limit above any profile count.
+        for name in (
+            "recompile_limit",
+            "cache_size_limit",
+            "accumulated_recompile_limit",
+            "accumulated_cache_size_limit",
+        ):
+            if hasattr(dynamo_config, name):
+                setattr(dynamo_config, name, max(getattr(dynamo_config, name), 256))
         self.layer_fn = torch.compile(conformer_layer, **kwargs)
         self.subsample_fn = torch.compile(self._subsample, **kwargs)
         return self

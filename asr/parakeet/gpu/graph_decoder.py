@@ -98,6 +98,24 @@ class GraphDecoder:
         )
         return state
 
+    def load(
+        self,
+        enc_proj: torch.Tensor,
+        lengths: torch.Tensor | Sequence[int],
+        carry: Sequence[DecoderCarry | None] | None = None,
+        start_frames: torch.Tensor | Sequence[int] | None = None,
+    ) -> DecoderState:
+        """Copy a batch into the preallocated state (after this, ``enc_proj`` may be overwritten)."""
+        state = self.ensure(enc_proj.shape[0], enc_proj.shape[1])
+        self.decoder.prepare(state, enc_proj, lengths, carry=carry, start_frames=start_frames)
+        return state
+
+    def loop(self) -> None:
+        """Run the decoding loop on the loaded state (no host sync in ``conditional`` mode)."""
+        assert self.runner is not None
+        with torch.inference_mode():
+            self.runner.run()
+
     def run(
         self,
         enc_proj: torch.Tensor,
@@ -105,12 +123,9 @@ class GraphDecoder:
         carry: Sequence[DecoderCarry | None] | None = None,
         start_frames: torch.Tensor | Sequence[int] | None = None,
     ) -> DecoderState:
-        """Prepare and run the loop; no host sync in ``conditional`` mode. Results stay in the state."""
-        state = self.ensure(enc_proj.shape[0], enc_proj.shape[1])
-        self.decoder.prepare(state, enc_proj, lengths, carry=carry, start_frames=start_frames)
-        assert self.runner is not None
-        with torch.inference_mode():
-            self.runner.run()
+        """:meth:`load` then :meth:`loop`; results stay in the returned state."""
+        state = self.load(enc_proj, lengths, carry=carry, start_frames=start_frames)
+        self.loop()
         return state
 
     def decode(

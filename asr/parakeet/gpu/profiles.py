@@ -2,8 +2,8 @@
 
 A profile is one captured CUDA graph (compiled backend) or one TensorRT optimization profile. The
 default set covers streaming chunks, 30 s offline segments and long offline windows. Frame counts
-are kept multiples of 128 so that encoder frames (x8 subsampling) stay multiples of 16, which keeps
-the attention bias aligned for the fused attention kernels.
+are kept multiples of 64 so that encoder frames (x8 subsampling) stay multiples of 8, which keeps
+the attention bias rows 16-byte aligned for the fused attention kernels (no padded copy).
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 HOP = 160  # samples per feature frame at 16 kHz
-FRAME_ALIGN = 128
+FRAME_ALIGN = 64
 
-# name=batch x frames. 0.32 s chunks, 10.24 s streaming windows, 30.72 s segments, 5 min windows.
-DEFAULT_PROFILES = "chunk=512x32,stream=128x1024,segment=128x3072,long=4x30720"
+# name=batch x frames: 0.3 s chunks, 2.5 s streaming windows (2 s left context + a 0.16 s chunk),
+# 30 s segments (3001 frames), 5 min offline windows (30001 frames).
+DEFAULT_PROFILES = "chunk=512x32,stream=128x256,segment=128x3008,long=8x30016"
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,11 @@ class ShapeProfile:
 
     def spec(self) -> str:
         return f"{self.name}={self.batch}x{self.frames}"
+
+
+def aligned_frames(frames: int, align: int = FRAME_ALIGN) -> int:
+    """``frames`` rounded up to the profile alignment."""
+    return -(-frames // align) * align
 
 
 def parse_profiles(text: str) -> list[ShapeProfile]:

@@ -1,0 +1,120 @@
+"""Offline GPU transcription: graphed front end (features + encoder) and graph decoder, pipelined.
+
+The encoder of piece k+1 runs on one stream while the decoder loop of piece k runs on another; the
+encoder only waits until the decoder has copied piece k's frames into its own state. The host
+enqueues piece k+1 before it blocks on piece k's tokens, so the GPU never idles on the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from asr.parakeet.decoder import DecodedSeq, LabelLoopingDecoder
+from asr.parakeet.gpu.fast_encoder import FastConformer
+from asr.parakeet.gpu.features import LogMel
+from asr.parakeet.gpu.frontend_graphs import GraphedFrontEnd, host_encoder_lengths
+from asr.parakeet.gpu.graph_decoder import GraphDecoder
+from asr.parakeet.gpu.profiles import HOP, ShapeProfile, plan_batches
+
+
+@dataclass
+class _Piece:
+    profile: ShapeProfile
+    audio: torch.Tensor
+    sample_lengths: np.ndarray
+
+
+class GpuTranscriber:
+    """``transcribe(batches)`` -> per-clip token sequences, for a transformers ``ParakeetForTDT``."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        profiles: list[ShapeProfile],
+        device: torch.device | str = "cuda",
+        dtype: torch.dtype = torch.bfloat16,
+        compile_encoder: bool = True,
+        use_graphs: bool = True,
+        decoder_mode: str = "auto",
+    ) -> None:
+        self.device = torch.device(device)
+        self.profiles = profiles
+        n_mels = model.config.encoder_config.num_mel_bins
+        self.logmel = LogMel(n_mels=n_mels).to(self.device)
+        self.encoder = FastConformer(model.encoder, model.encoder_projector, dtype=dtype).to_device(
+            self.device
+        )
+        if compile_encoder:
+            self.encoder.compile_layers(dynamic=False)
+        self.frontend = GraphedFrontEnd(self._front_end, profiles, self.device, use_graphs=use_graphs)
+        self.label_looping = LabelLoopingDecoder.from_model(model, device=self.device, dtype=dtype)
+        self.decoder_mode = decoder_mode
+        self.decoders: dict[int, GraphDecoder] = {}  # one graph per profile batch size
+        self.enc_stream = torch.cuda.Stream(self.device)
+        self.dec_stream = torch.cuda.Stream(self.device)
+
+    def _front_end(self, audio: torch.Tensor, sample_lengths: torch.Tensor) -> torch.Tensor:
+        return self.encoder(*self.logmel(audio, sample_lengths))
+
+    def decoder_for(self, profile: ShapeProfile) -> GraphDecoder:
+        """The graph decoder sized for this profile's batch (small batches don't loop over big states)."""
+        if profile.batch not in self.decoders:
+            self.decoders[profile.batch] = GraphDecoder(self.label_looping, self.decoder_mode)
+        decoder = self.decoders[profile.batch]
+        decoder.ensure(profile.batch, self.frontend.output_frames(profile))
+        return decoder
+
+    def warm_up(self, batch: int, seconds: float) -> None:
+        """Build (compile + capture) the profile and the decoder graph a batch of this shape needs."""
+        frames = int(seconds * 16000) // HOP + 1
+        for profile, _, _ in plan_batches(self.profiles, batch, frames):
+            self.frontend.build(profile)
+            self.decoder_for(profile)
+
+    def _pieces(self, batches: Iterable[tuple[torch.Tensor, np.ndarray]]) -> Iterator[_Piece]:
+        for audio, sample_lengths in batches:
+            frames = int(audio.shape[1]) // HOP + 1
+            for profile, start, count in plan_batches(self.profiles, audio.shape[0], frames):
+                yield _Piece(
+                    profile, audio[start : start + count], np.asarray(sample_lengths[start : start + count])
+                )
+
+    def transcribe(self, batches: Iterable[tuple[torch.Tensor, np.ndarray]]) -> list[DecodedSeq]:
+        """``batches``: (audio (b, n) float32, host or device; sample lengths (b,)). Results in input order."""
+        results: list[DecodedSeq] = []
+        pending: tuple[GraphDecoder, int, torch.cuda.Event] | None = None  # (decoder, batch, done)
+        consumed = torch.cuda.Event()  # the decoder copied the encoder output: the buffer is free
+        consumed.record(self.dec_stream)
+        for piece in self._pieces(batches):
+            pg = self.frontend.build(piece.profile)
+            decoder = self.decoder_for(piece.profile)
+            with torch.cuda.stream(self.enc_stream):
+                self.enc_stream.wait_event(consumed)
+                encoded = self.frontend.run_profile(pg, piece.audio, piece.sample_lengths)
+                encoded_ready = torch.cuda.Event()
+                encoded_ready.record(self.enc_stream)
+            enc_lengths = host_encoder_lengths(piece.sample_lengths)
+            if pending is not None:  # collect the previous piece while this one encodes
+                results.extend(self._collect(*pending))
+            with torch.cuda.stream(self.dec_stream):
+                self.dec_stream.wait_event(encoded_ready)
+                decoder.load(encoded, enc_lengths.tolist())
+                consumed = torch.cuda.Event()
+                consumed.record(self.dec_stream)
+                decoder.loop()
+                done = torch.cuda.Event()
+                done.record(self.dec_stream)
+            pending = (decoder, len(enc_lengths), done)
+        if pending is not None:
+            results.extend(self._collect(*pending))
+        return results
+
+    def _collect(self, decoder: GraphDecoder, batch: int, done: torch.cuda.Event) -> list[DecodedSeq]:
+        done.synchronize()
+        assert decoder.state is not None
+        with torch.cuda.stream(self.dec_stream):
+            return self.label_looping.collect(decoder.state, batch)
