@@ -81,7 +81,8 @@ def sparse_track(seconds: float, at_s: list[float], rate: int = 8000, noise_db: 
 
 
 def write_audio(path: Path, audio: np.ndarray, rate: int) -> Path:
-    """Write by suffix: .wav/.flac/.ogg/.mp3 through libsndfile, .m4a through PyAV (AAC)."""
+    """Write mono (n,) or (n, channels) audio by suffix: .wav/.flac/.ogg/.mp3 through libsndfile,
+    .m4a through PyAV (AAC, mono)."""
     path = Path(path)
     if path.suffix == ".m4a":
         import av
@@ -98,5 +99,9 @@ def write_audio(path: Path, audio: np.ndarray, rate: int) -> Path:
     import soundfile as sf
 
     subtype = {".wav": "PCM_16", ".flac": "PCM_16", ".ogg": "VORBIS", ".mp3": "MPEG_LAYER_III"}[path.suffix]
-    sf.write(str(path), audio, rate, subtype=subtype)
+    channels = 1 if audio.ndim == 1 else audio.shape[1]
+    # Block by block: libsndfile 1.2 crashes writing a long Vorbis stream in one call.
+    with sf.SoundFile(str(path), "w", rate, channels, subtype=subtype) as f:
+        for i in range(0, len(audio), rate):
+            f.write(audio[i:i + rate])
     return path
