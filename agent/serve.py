@@ -21,6 +21,7 @@ from agent.llm_server import ManagedLLMServer, embedded_llama_server
 from agent.pipeline import Engines
 from agent.runtime import freeze_gc_heap
 from agent.session import run_session
+from agent.turn_observer import TurnObserver
 from transports.webrtc import WebRTCSignalling, add_routes, transport_params
 
 # Extensions (metrics, phone transport, ...) register routes and observers through hooks.
@@ -36,6 +37,8 @@ class CadenceServer:
     signalling: WebRTCSignalling | None = None
     observer_factories: list[Callable[[str], Any]] = field(default_factory=list)
     route_hooks: list[RouteHook] = field(default_factory=list)
+    sessions: dict[str, TurnObserver] = field(default_factory=dict)
+    max_session_records: int = 200
 
     async def start_engines(self) -> None:
         cfg = self.config
@@ -45,7 +48,12 @@ class CadenceServer:
                                                     cfg.llm.server_start_timeout_s)
             await self.llm_server.astart()
             base_url, model = self.llm_server.base_url, self.llm_server.model_id
-        self.engines = await asyncio.to_thread(Engines.load, cfg, base_url, model)
+        try:
+            self.engines = await asyncio.to_thread(Engines.load, cfg, base_url, model)
+        except BaseException:
+            if self.llm_server is not None:
+                self.llm_server.stop()
+            raise
         if cfg.runtime.gc_freeze:
             freeze_gc_heap()
 
@@ -54,8 +62,26 @@ class CadenceServer:
 
     async def run_caller(self, transport: Any, session_id: str, pre_stages: tuple = ()) -> None:
         assert self.engines is not None
-        await run_session(self.engines, transport, session_id, observers=self.observers_for(session_id),
-                          pre_stages=pre_stages)
+        turns = TurnObserver()
+        self.sessions[session_id] = turns
+        while len(self.sessions) > self.max_session_records:
+            oldest = next(iter(self.sessions))
+            if oldest == session_id:
+                break
+            self.sessions.pop(oldest)
+        await run_session(self.engines, transport, session_id,
+                          observers=[turns, *self.observers_for(session_id)], pre_stages=pre_stages)
+
+    async def session_info(self, request: web.Request) -> web.Response:
+        """Recent turns of one session: transcripts, replies and stage latencies."""
+        turns = self.sessions.get(request.match_info["session_id"])
+        if turns is None:
+            return web.json_response({"error": "no such session"}, status=404)
+        return web.json_response({"turns": [
+            {"transcript": t.transcript_text, "reply": t.reply_text.strip(), "interrupted": t.interrupted,
+             "latency_ms": {k: round(v, 1) for k, v in t.stages_ms().items()}}
+            for t in turns.turns[-100:]
+        ]})
 
     def make_app(self) -> web.Application:
         cfg = self.config
@@ -67,6 +93,7 @@ class CadenceServer:
         add_routes(app, self.signalling)
         app.router.add_get("/health", self.health)
         app.router.add_get("/ready", self.ready)
+        app.router.add_get("/api/sessions/{session_id}", self.session_info)
         for hook in self.route_hooks:
             hook(app, self)
         app.on_cleanup.append(self._cleanup)

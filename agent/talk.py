@@ -7,7 +7,6 @@ detection, ASR, LLM, TTS); end of speech is the moment the file's last sample wa
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -101,7 +100,3 @@ def format_turn(turn: TurnResult) -> str:
         value = turn.stages_ms.get(key)
         lines.append(f"  {key:36s} {'-' if value is None else f'{value:8.0f}'}")
     return "\n".join(lines)
-
-
-def now() -> float:
-    return time.monotonic()

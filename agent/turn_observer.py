@@ -14,11 +14,13 @@ from pipecat.frames.frames import (
     BotStartedSpeakingFrame,
     BotStoppedSpeakingFrame,
     InterruptionFrame,
+    LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
     LLMTextFrame,
     TranscriptionFrame,
     TTSAudioRawFrame,
     TTSStartedFrame,
+    TTSStoppedFrame,
     UserStartedSpeakingFrame,
     UserStoppedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
@@ -44,7 +46,14 @@ class TurnTiming:
     first_audio_out: float | None = None
     bot_stopped: float | None = None
     interrupted: bool = False
+    llm_done: bool = False
+    tts_active: bool = False
     tts_chunk_times: list[float] = field(default_factory=list)
+
+    @property
+    def answered(self) -> bool:
+        """The reply is complete: the LLM finished, every TTS context closed, the bot went quiet."""
+        return self.llm_done and not self.tts_active and self.bot_stopped is not None
 
     @property
     def end_of_speech(self) -> float | None:
@@ -92,6 +101,10 @@ class TurnObserver(BaseObserver):
             self.turns.append(self._current)
         return self._current
 
+    def _maybe_finish(self) -> None:
+        if self._current is not None and self._current.answered:
+            self._finish()
+
     def _finish(self) -> None:
         if self._current is not None and self._on_turn is not None:
             self._on_turn(self._current)
@@ -115,6 +128,14 @@ class TurnObserver(BaseObserver):
             turn = self._turn()
             turn.transcript = self._abs(data)
             turn.transcript_text = (turn.transcript_text + " " + frame.text).strip()
+        elif isinstance(frame, LLMFullResponseEndFrame):
+            if self._current is not None:
+                self._current.llm_done = True
+                self._maybe_finish()
+        elif isinstance(frame, TTSStoppedFrame):
+            if self._current is not None:
+                self._current.tts_active = False
+                self._maybe_finish()
         elif isinstance(frame, LLMFullResponseStartFrame):
             turn = self._turn()
             if turn.llm_start is None:
@@ -126,6 +147,8 @@ class TurnObserver(BaseObserver):
             turn.reply_text += frame.text
         elif isinstance(frame, TTSStartedFrame):
             turn = self._turn()
+            turn.tts_active = True
+            turn.bot_stopped = None
             if turn.tts_start is None:
                 turn.tts_start = self._abs(data)
         elif isinstance(frame, TTSAudioRawFrame):
@@ -139,12 +162,13 @@ class TurnObserver(BaseObserver):
             self._last_tts_chunk = now
         elif isinstance(frame, BotStartedSpeakingFrame):
             turn = self._turn()
+            turn.bot_stopped = None
             if turn.first_audio_out is None:
                 turn.first_audio_out = self._abs(data)
         elif isinstance(frame, BotStoppedSpeakingFrame):
             self._last_tts_chunk = None
             if self._current is not None:
                 self._current.bot_stopped = self._abs(data)
-                self._finish()
+                self._maybe_finish()
         elif isinstance(frame, InterruptionFrame) and self._current is not None:
             self._current.interrupted = True

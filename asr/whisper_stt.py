@@ -7,11 +7,17 @@ and a no-speech threshold that does not throw away short clear answers (stock: 0
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
+from collections.abc import AsyncGenerator
 from typing import Any
 
+import numpy as np
+from loguru import logger
+from pipecat.frames.frames import Frame, TranscriptionFrame
 from pipecat.services.whisper.stt import WhisperSTTService
+from pipecat.utils.time import time_now_iso8601
 
 from agent.config import ASRConfig
 
@@ -40,16 +46,39 @@ def resolve_whisper_path(config: ASRConfig) -> str:
 
 
 class SharedWhisperSTTService(WhisperSTTService):
-    """``WhisperSTTService`` on a process-wide shared model."""
+    """``WhisperSTTService`` on a process-wide shared model, decoding greedily.
+
+    Greedy decoding without timestamps or conditioning: a caller's turn is a few seconds, so
+    beam search and timestamp tokens only add latency.
+    """
 
     def _load(self):
         self._model = shared_whisper_model(str(self._settings.model), self._device, self._compute_type)
+
+    async def run_stt(self, audio: bytes) -> AsyncGenerator[Frame, None]:
+        await self.start_processing_metrics()
+        samples = np.frombuffer(audio, dtype=np.int16).astype(np.float32) / 32768.0
+        text = await asyncio.to_thread(transcribe_greedy, self._model, samples, str(self._settings.language),
+                                       float(self._settings.no_speech_prob))
+        await self.stop_processing_metrics()
+        if text:
+            await self._handle_transcription(text, True, self._settings.language)
+            logger.debug(f"Transcription: [{text}]")
+            yield TranscriptionFrame(text, self._user_id, time_now_iso8601(), self._settings.language)
+
+
+def transcribe_greedy(model: Any, samples: np.ndarray, language: str, no_speech_prob: float) -> str:
+    """One short utterance to text; segments Whisper judges as non-speech are dropped."""
+    segments, _ = model.transcribe(samples, language=language, beam_size=1, without_timestamps=True,
+                                   condition_on_previous_text=False, vad_filter=False)
+    return " ".join(s.text.strip() for s in segments if s.no_speech_prob < no_speech_prob).strip()
 
 
 def create_whisper_stt(config: ASRConfig, **kwargs) -> SharedWhisperSTTService:
     return SharedWhisperSTTService(
         device=config.device,
         compute_type=config.compute_type,
+        ttfs_p99_latency=config.ttfs_p99_s,
         settings=WhisperSTTService.Settings(
             model=resolve_whisper_path(config),
             language=config.language,

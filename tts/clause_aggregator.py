@@ -28,10 +28,10 @@ class ClauseTextAggregator(SimpleTextAggregator):
         for char in text:
             self._text += char
             result = await self._check_sentence_with_lookahead(char)
-            if result is None and not self._first_sent and char in CLAUSE_MARKS:
-                if len(self._text.split()) >= self._min_words:
-                    result = Aggregation(text=self._text.strip(" "), type=TextType.SENTENCE)
-                    self._text = ""
+            if (result is None and not self._first_sent and char in CLAUSE_MARKS
+                    and len(self._text.split()) >= self._min_words):
+                result = Aggregation(text=self._text.strip(" "), type=TextType.SENTENCE)
+                self._text = ""
             if result is not None:
                 self._first_sent = True
                 yield result

@@ -11,6 +11,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 
 from loguru import logger
 from pipecat.frames.frames import ErrorFrame, Frame
+from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TTSService
 
 from tts.clause_aggregator import ClauseTextAggregator
@@ -23,7 +24,12 @@ class CadenceTTSService(TTSService):
     """Streams engine audio into the pipeline; the first clause is spoken early."""
 
     def __init__(self, engine: TTSEngine, *, clause_min_words: int = 4, **kwargs):
-        super().__init__(push_start_frame=True, push_stop_frames=True, **kwargs)
+        super().__init__(
+            push_start_frame=True,
+            push_stop_frames=True,
+            settings=TTSSettings(model=engine.name, voice=None, language=None),
+            **kwargs,
+        )
         self._engine = engine
         self._text_aggregator = ClauseTextAggregator(min_words=clause_min_words)
 

@@ -87,6 +87,12 @@ class SlidingHistogram:
         self.count_total += 1
         self.sum_total += v
 
+    def clear(self) -> None:
+        """Forget the window (lifetime count and sum are kept)."""
+        self._counts.fill(0)
+        self._max.fill(-math.inf)
+        self._min.fill(math.inf)
+
     # -- queries -----------------------------------------------------------------------
 
     def _merged(self, now: float | None) -> np.ndarray:

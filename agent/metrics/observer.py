@@ -1,55 +1,83 @@
 """The per-session pipecat observer that feeds the shared stage histograms.
 
-Per turn it reuses ``TurnObserver`` (push-timestamped stage times). Per chunk it follows two
-streams of ``TTSAudioRawFrame``: pieces as the TTS service produces them (inter-arrival, and
-each reply's delivery ratio), and transport-sized chunks as the output transport has written
-them (lateness against a real-time player). The output transport re-pushes the chunks it
-wrote, so frames are told apart by their source.
+Times come from each frame's push timestamp (observers run from a queue). A user turn starts
+at ``UserStartedSpeakingFrame``; within it each stage is taken once and only after the one
+before it, so stragglers of an earlier reply can never be read as this turn's answer:
+
+- ``asr_final``: last VAD stop (minus the VAD's stop window) -> first transcript after it;
+- ``llm_first_token``: the transcript the LLM answers -> its first text token;
+- ``tts_first_audio``: first clause handed to TTS (``TTSStartedFrame``) -> first TTS audio;
+- ``first_audio``: end of speech -> ``BotStartedSpeakingFrame``.
+
+Per chunk, two streams of ``TTSAudioRawFrame`` are followed: pieces as the TTS service
+produces them (inter-arrival, and the reply's delivery ratio) and transport-sized chunks
+after the output transport wrote them (lateness against a real-time player). The output
+transport re-pushes what it wrote, so the two are told apart by the frame's source. A reply
+is everything the bot says between one user turn start and the next.
 """
 
 from __future__ import annotations
 
 from pipecat.frames.frames import (
-    BotStoppedSpeakingFrame,
+    BotStartedSpeakingFrame,
     InterruptionFrame,
+    LLMTextFrame,
+    TranscriptionFrame,
     TTSAudioRawFrame,
     TTSStartedFrame,
-    TTSStoppedFrame,
+    UserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
 )
-from pipecat.observers.base_observer import FramePushed
+from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.transports.base_output import BaseOutputTransport
 
 from agent.metrics.delivery import PlayoutTracker
 from agent.metrics.stages import StageMetrics
-from agent.turn_observer import TurnObserver, TurnTiming
 
 
 def _seconds(frame: TTSAudioRawFrame) -> float:
     return len(frame.audio) / (2.0 * frame.sample_rate * max(frame.num_channels, 1))
 
 
-class MetricsObserver(TurnObserver):
+class MetricsObserver(BaseObserver):
     """Times every stage of one session into ``StageMetrics`` (shared by all sessions)."""
 
     def __init__(self, metrics: StageMetrics, session_id: str = ""):
-        super().__init__(on_turn=self._turn_done)
+        super().__init__(observe_every_push=False)
         self.session_id = session_id
-        self._metrics = metrics
+        self._m = metrics
+        self._offset_ns: int | None = None
         self._produced = PlayoutTracker()  # TTS pieces of the current reply
         self._delivered = PlayoutTracker()  # chunks the output transport wrote
         self._last_piece: float | None = None
+        self._new_turn()
 
-    def _turn_done(self, timing: TurnTiming) -> None:
-        self._metrics.record_turn(timing)
-        self.turns.clear()  # a long call must not grow this list
+    def _new_turn(self) -> None:
+        self._eos: float | None = None
+        self._transcript: float | None = None
+        self._llm_token: float | None = None
+        self._tts_start: float | None = None
+        self._tts_audio: float | None = None
+        self._audio_out: float | None = None
 
-    def _close_production(self) -> None:
+    def _abs(self, data: FramePushed) -> float:
+        """The push time in ``time.monotonic()`` seconds."""
+        if self._offset_ns is None:
+            self._offset_ns = int(getattr(data.source.get_clock(), "_time", 0))
+        return (data.timestamp + self._offset_ns) / 1e9
+
+    def _close_reply(self) -> None:
         reply = self._produced.finish()
+        self._delivered.finish()
         self._last_piece = None
         if reply is not None:
-            self._metrics.replies_total += 1
+            self._m.replies_total += 1
             if reply.ratio is not None:
-                self._metrics.record("output_rt_ratio", reply.ratio)
+                self._m.record("output_rt_ratio", reply.ratio)
+
+    def _stage(self, name: str, start: float | None, end: float) -> None:
+        if start is not None:
+            self._m.record(name, (end - start) * 1000.0)
 
     async def on_push_frame(self, data: FramePushed):
         frame = data.frame
@@ -59,24 +87,41 @@ class MetricsObserver(TurnObserver):
                 first = not self._delivered.active
                 late = self._delivered.chunk(at, _seconds(frame))
                 if not first:
-                    self._metrics.record("output_chunk_lateness", late * 1000.0)
-                return  # written chunks are not TTS output: keep them out of the turn timing
+                    self._m.record("output_chunk_lateness", late * 1000.0)
+                return
             if self._last_piece is not None:
-                self._metrics.record("tts_chunk_interarrival", (at - self._last_piece) * 1000.0)
+                self._m.record("tts_chunk_interarrival", (at - self._last_piece) * 1000.0)
             self._last_piece = at
             self._produced.chunk(at, _seconds(frame))
+            if self._tts_start is not None and self._tts_audio is None:
+                self._tts_audio = at
+                self._stage("tts_first_audio", self._tts_start, at)
+        elif isinstance(frame, UserStartedSpeakingFrame):
+            self._close_reply()
+            if self._llm_token is not None:
+                self._m.turns_total += 1
+            self._new_turn()
+        elif isinstance(frame, VADUserStoppedSpeakingFrame):
+            self._eos = self._abs(data) - float(getattr(frame, "stop_secs", 0.0) or 0.0)
+            self._transcript = None
+        elif isinstance(frame, TranscriptionFrame):
+            if self._eos is not None and self._transcript is None and self._llm_token is None:
+                self._transcript = self._abs(data)
+                self._stage("asr_final", self._eos, self._transcript)
+        elif isinstance(frame, LLMTextFrame):
+            if self._llm_token is None and self._transcript is not None:
+                self._llm_token = self._abs(data)
+                self._stage("llm_first_token", self._transcript, self._llm_token)
         elif isinstance(frame, TTSStartedFrame):
-            if self._produced.active:
-                self._close_production()
-        elif isinstance(frame, TTSStoppedFrame):
-            self._close_production()
-        elif isinstance(frame, BotStoppedSpeakingFrame):
-            self._delivered.finish()
+            if self._llm_token is not None and self._tts_start is None:
+                self._tts_start = self._abs(data)
+        elif isinstance(frame, BotStartedSpeakingFrame):
+            if self._llm_token is not None and self._audio_out is None:
+                self._audio_out = self._abs(data)
+                self._stage("first_audio", self._eos, self._audio_out)
         elif isinstance(frame, InterruptionFrame):
-            self._close_production()
-            self._delivered.finish()
-        await super().on_push_frame(data)
+            self._close_reply()
 
     async def cleanup(self):
-        self._close_production()
+        self._close_reply()
         await super().cleanup()

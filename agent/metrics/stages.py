@@ -102,6 +102,11 @@ class StageMetrics:
         self.turns_total += 1
         return stages
 
+    def clear(self) -> None:
+        """Start every window afresh (the capacity tool does this when a level's hold begins)."""
+        for h in self.histograms.values():
+            h.clear()
+
     def snapshot(self) -> dict[str, dict[str, float | None]]:
         now = self.clock()
         return {name: h.snapshot(now) for name, h in self.histograms.items()}

@@ -69,11 +69,18 @@ class LoopbackCaller:
             self._tasks.append(asyncio.create_task(self._stream()))
         return self
 
-    async def send(self, message: dict[str, Any] | str | bytes) -> None:
+    async def send(self, message: dict[str, Any] | str | bytes) -> bool:
+        """Send one message; False once the server has closed the socket."""
+        from websockets.exceptions import ConnectionClosed
+
         self._seq += 1
         if isinstance(message, dict):
             message = json.dumps({**message, "sequenceNumber": str(self._seq)})
-        await self.ws.send(message)
+        try:
+            await self.ws.send(message)
+            return True
+        except ConnectionClosed:
+            return False
 
     async def hang_up(self) -> None:
         """End the call the way the provider does: ``stop``, then close."""
@@ -130,6 +137,8 @@ class LoopbackCaller:
                 await asyncio.sleep(max(0.0, clock - time.monotonic()))
                 sent_at = time.monotonic()
                 first = first or sent_at
+                if self.closed.is_set():
+                    break
                 await self.send({"event": "media", "streamSid": self.stream_sid,
                                  "media": {"track": "inbound", "chunk": str(self._seq),
                                            "timestamp": str(int((clock % 1e6) * 1000)),
@@ -186,19 +195,22 @@ class LoopbackCaller:
     def first_voiced_after(self, t: float) -> float | None:
         return next((at for at, p in self.inbound.media if at >= t and self.voiced(p)), None)
 
-    async def wait_reply(self, after: float, *, timeout_s: float = 20.0, end_suffix: str = "-end") -> tuple[float, float] | None:
+    async def wait_reply(self, after: float, *, timeout_s: float = 20.0, settle_s: float = 1.0,
+                         end_suffix: str = "-end") -> tuple[float, float] | None:
         """Wait for a whole bot reply that starts after ``after``: (first audio, end) arrival times.
 
-        Cadence marks the end of each reply with a mark named ``...-end``; that mark is the end.
-        None when no audio came within ``timeout_s``; the end is the last audio if no end mark came.
+        Cadence ends each stretch of bot speech with a mark named ``...-end``; the reply is over
+        at an end mark followed by ``settle_s`` without audio (a reply may come in several
+        stretches). None when no audio came within ``timeout_s``; then the end is the last audio.
         """
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             first = self.first_voiced_after(after)
             if first is not None:
-                end = next((at for at, name in self.inbound.marks if at >= first and name.endswith(end_suffix)), None)
-                if end is not None:
-                    return first, end
+                ends = [at for at, name in self.inbound.marks if at >= first and name.endswith(end_suffix)]
+                last_media = self.inbound.media[-1][0]
+                if ends and ends[-1] >= last_media and time.monotonic() - last_media >= settle_s:
+                    return first, ends[-1]
             await asyncio.sleep(0.05)
         first = self.first_voiced_after(after)
         media = [at for at, _ in self.inbound.media if at >= after]

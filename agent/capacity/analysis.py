@@ -1,0 +1,149 @@
+"""From chunk arrivals to a verdict: per-turn delivery, per-stream ratio, the knee.
+
+A stream's delivery ratio is the worst ratio of its replies (see
+``agent.metrics.delivery``); a turn left unanswered counts as 0. The level's figure is the
+ratio that 99 % of streams meet or beat (the 1st percentile across streams, numpy's linear
+interpolation: with few streams it is close to the worst one).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from agent.capacity.caller import CallRecord
+from agent.metrics.delivery import PlayoutTracker
+
+
+@dataclass(frozen=True)
+class TurnDelivery:
+    caller: int
+    eos: float
+    answered: bool
+    first_audio_ms: float | None
+    ratio: float | None
+    lateness_ms: tuple[float, ...]  # every chunk after the first
+    audio_s: float
+
+
+def turn_deliveries(record: CallRecord) -> list[TurnDelivery]:
+    """Split a caller's received chunks by the turn they answer and judge each reply."""
+    chunks = sorted(record.chunks)
+    arrivals = [at for at, _ in chunks]
+    out = []
+    ends = record.speech_ends
+    for i, eos in enumerate(ends):
+        nxt = ends[i + 1] - record.speech_seconds[i + 1] if i + 1 < len(ends) else float("inf")
+        lo, hi = bisect_left(arrivals, eos), bisect_left(arrivals, nxt)
+        tracker = PlayoutTracker()
+        lateness = [tracker.chunk(at, seconds) * 1000.0 for at, seconds in chunks[lo:hi]]
+        reply = tracker.finish()
+        out.append(TurnDelivery(
+            caller=record.caller,
+            eos=eos,
+            answered=reply is not None,
+            first_audio_ms=(arrivals[lo] - eos) * 1000.0 if reply is not None else None,
+            ratio=reply.ratio if reply is not None else None,
+            lateness_ms=tuple(lateness[1:]),
+            audio_s=reply.audio_s if reply is not None else 0.0,
+        ))
+    return out
+
+
+def stream_ratio(turns: list[TurnDelivery]) -> float | None:
+    """The stream's worst reply (0 for an unanswered turn); None with no judged reply."""
+    if any(not t.answered for t in turns):
+        return 0.0
+    ratios = [t.ratio for t in turns if t.ratio is not None]
+    return min(ratios) if ratios else None
+
+
+def low_tail(values: list[float], pct: float = 1.0) -> float | None:
+    return float(np.percentile(values, pct)) if values else None
+
+
+def high_tail(values: list[float], pct: float = 99.0) -> float | None:
+    return float(np.percentile(values, pct)) if values else None
+
+
+@dataclass
+class LevelResult:
+    concurrency: int
+    streams: int = 0
+    turns: int = 0
+    unanswered: int = 0
+    p99_ratio: float | None = None  # the ratio 99 % of streams meet (1st percentile)
+    p50_ratio: float | None = None
+    first_audio_p50_ms: float | None = None
+    first_audio_p99_ms: float | None = None
+    lateness_p99_ms: float | None = None
+    stage_tails: dict[str, float | None] = field(default_factory=dict)  # server-side window tails
+    breaches: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    passed: bool = False
+
+
+def judge_level(concurrency: int, records: list[CallRecord], steady_from: float, until: float,
+                min_ratio: float, breaches: list[str]) -> LevelResult:
+    """The caller-side figures over steady-state turns, and pass/fail with reasons."""
+    result = LevelResult(concurrency, breaches=list(breaches))
+    ratios: list[float] = []
+    firsts: list[float] = []
+    late: list[float] = []
+    for record in records:
+        turns = [t for t in turn_deliveries(record) if steady_from <= t.eos <= until]
+        if not turns:
+            continue
+        result.turns += len(turns)
+        result.unanswered += sum(not t.answered for t in turns)
+        firsts += [t.first_audio_ms for t in turns if t.first_audio_ms is not None]
+        for t in turns:
+            late.extend(t.lateness_ms)
+        ratio = stream_ratio(turns)
+        if ratio is not None:
+            ratios.append(ratio)
+    result.streams = len(ratios)
+    result.p99_ratio = low_tail(ratios, 1.0)
+    result.p50_ratio = low_tail(ratios, 50.0)
+    result.first_audio_p50_ms = low_tail(firsts, 50.0)
+    result.first_audio_p99_ms = high_tail(firsts, 99.0)
+    result.lateness_p99_ms = high_tail(late, 99.0)
+    if result.streams < concurrency:
+        result.reasons.append(f"only {result.streams} of {concurrency} streams had a judged reply in the "
+                              "steady state (hold longer)")
+    if result.p99_ratio is None or result.p99_ratio < min_ratio:
+        shown = "none" if result.p99_ratio is None else f"{result.p99_ratio:.2f}x"
+        result.reasons.append(f"p99 delivery {shown} < {min_ratio:.2f}x")
+    if result.unanswered:
+        result.reasons.append(f"{result.unanswered} turn(s) unanswered")
+    result.reasons.extend(breaches)
+    result.passed = not result.reasons
+    return result
+
+
+def knee(levels: list[LevelResult]) -> int:
+    """The largest concurrency that passed with every smaller tested level passing too."""
+    best = 0
+    for level in sorted(levels, key=lambda r: r.concurrency):
+        if not level.passed:
+            break
+        best = level.concurrency
+    return best
+
+
+def next_level(levels: list[LevelResult], ramp: list[int], refine: bool) -> int | None:
+    """The next concurrency to try: up the ramp until a failure, then bisect the gap."""
+    tried = {r.concurrency for r in levels}
+    failed = sorted(r.concurrency for r in levels if not r.passed)
+    if not failed:
+        return next((n for n in ramp if n not in tried), None)
+    if not refine:
+        return None
+    good = knee(levels)
+    bad = failed[0]
+    if bad - good <= 1:
+        return None
+    mid = (good + bad) // 2
+    return mid if mid not in tried else None

@@ -1,0 +1,112 @@
+"""Operations subcommands: ``cadence stats`` (live per-stage tails) and ``cadence capacity``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agent.cli import add_config_args
+from agent.commands import UserError, effective_config, friendly
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    import httpx
+
+    from agent.metrics.scrape import format_table, parse_metrics
+
+    config = effective_config(args)
+    url = (args.url or f"http://{config.server.host}:{config.server.port}").rstrip("/") + "/metrics"
+    while True:
+        try:
+            r = httpx.get(url, timeout=5.0)
+            r.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise UserError(f"cannot read {url}: {exc} (is `cadence serve` running there?)") from None
+        print(format_table(parse_metrics(r.text)), flush=True)
+        if not args.watch:
+            return 0
+        time.sleep(args.watch)
+        print()
+
+
+def cmd_capacity(args: argparse.Namespace) -> int:
+    from agent.capacity.ramp import RampOptions
+    from agent.runtime import run
+
+    config = effective_config(args)
+    try:
+        levels = tuple(sorted({int(x) for x in args.levels.split(",") if x.strip()}))
+    except ValueError:
+        raise UserError(f"--levels must be comma-separated integers, got {args.levels!r}") from None
+    if not levels or levels[0] < 1:
+        raise UserError("--levels needs at least one level >= 1")
+    opts = RampOptions(ramp=levels, warmup_s=args.warmup, hold_s=args.hold, max_wait_s=args.max_wait,
+                       refine=not args.no_refine)
+    out_dir: Path = args.out_dir
+    cap, result = run(_capacity(config, opts, out_dir), use_uvloop=config.runtime.uvloop)
+    from agent.capacity.report import plot, write_cap, write_json
+
+    meta = {"command": "cadence " + " ".join(sys.argv[1:]), "options": vars(opts) | {"ramp": list(levels)},
+            "budgets": vars(config.budgets)}
+    write_json(out_dir / "capacity.json", cap, result, meta)
+    plot(out_dir / "capacity.png", cap, result, config.budgets.output_rt_ratio_min,
+         f"Cadence capacity ({config.asr.engine} / {config.tts.engine} / LLM {config.llm.base_url or 'embedded'})")
+    print(f"results: {out_dir / 'capacity.json'}, curve: {out_dir / 'capacity.png'}")
+    if cap < 1:
+        print("cadence: even one caller is out of budget (see the reasons above); no cap written. "
+              "Loosen [budgets] or use a faster machine.")
+        return 1
+    target = args.write_config or (Path(args.config) if args.config else Path("cadence-capacity.toml"))
+    write_cap(target, cap)
+    print(f"capacity: {cap} concurrent callers; wrote [admission] max_sessions = {cap} to {target}")
+    return 0
+
+
+async def _capacity(config: Any, opts: Any, out_dir: Path) -> tuple[int, list]:
+    from agent import metrics_http
+    from agent.capacity.corpus import load_corpus
+    from agent.capacity.ramp import find_capacity
+    from agent.serve import CadenceServer
+
+    # The judged window must hold a whole level.
+    config.budgets.window_s = max(config.budgets.window_s, opts.warmup_s + opts.hold_s + opts.max_wait_s + 30.0)
+    server = CadenceServer(config)
+    bundle = metrics_http.install(server)
+    corpus = load_corpus(out_dir / "utterances", config.audio.in_sample_rate)
+    try:
+        await server.start_engines()
+        bundle.runtime.start()
+        return await find_capacity(server, bundle, corpus, opts)
+    finally:
+        await bundle.runtime.stop()
+        if server.llm_server is not None:
+            server.llm_server.stop()
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("stats", help="per-stage p50/p95/p99/max of a running server",
+                       description="Read /metrics of a running Cadence server and print each stage's "
+                                   "window percentiles, its budget and its breaches.")
+    add_config_args(p)
+    p.add_argument("--url", help="server base URL (default: http://server.host:server.port)")
+    p.add_argument("--watch", type=float, default=0.0, metavar="SECONDS", help="refresh every SECONDS")
+    p.set_defaults(func=friendly(cmd_stats))
+
+    p = sub.add_parser("capacity", help="measure how many callers fit inside the budgets; write the cap",
+                       description="Ramp synthetic callers (1, 2, 4, ...) talking and listening in real time "
+                                   "through the real pipeline; find the largest concurrency whose p99 "
+                                   "delivery stays >= budgets.output_rt_ratio_min with every stage inside "
+                                   "its budget; write it as [admission] max_sessions and draw the curve.")
+    add_config_args(p)
+    p.add_argument("--levels", default="1,2,4,8,16,32,64", help="concurrency ramp (default: 1,2,4,...,64)")
+    p.add_argument("--hold", type=float, default=45.0, help="seconds each level is judged (default 45)")
+    p.add_argument("--warmup", type=float, default=10.0, help="seconds to reach steady state (default 10)")
+    p.add_argument("--max-wait", type=float, default=15.0, help="a reply later than this is unanswered")
+    p.add_argument("--no-refine", action="store_true", help="do not bisect between the knee and the failure")
+    p.add_argument("--out-dir", type=Path, default=Path("capacity-results"), help="JSON, PNG and utterances")
+    p.add_argument("--write-config", type=Path,
+                   help="TOML file to write the cap into (default: --config, else ./cadence-capacity.toml)")
+    p.set_defaults(func=friendly(cmd_capacity))

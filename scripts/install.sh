@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Install Cadence and everything it needs on a fresh Debian/Ubuntu machine (idempotent).
+#   bash scripts/install.sh          runtime: the embedded CPU default (no GPU, no downloads at run time)
+#   bash scripts/install.sh --test   also what the test suite needs (speech corpora, Chromium, dev tools)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+want_test=0; [ "${1:-}" = "--test" ] && want_test=1
+
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+apt_pkgs="flite espeak-ng sox"
+[ $want_test -eq 1 ] && apt_pkgs="$apt_pkgs asterisk-core-sounds-en-wav asterisk-core-sounds-en alsa-utils chromium chromium-driver curl"
+missing=""
+for p in $apt_pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+  echo "== apt: installing$missing"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+PY=.venv/bin/python
+$PY -m pip install -q --upgrade pip wheel
+
+# llama-cpp-python compiles llama.cpp from source (~5 min on 2 cores): build the wheel once
+# and keep it in a per-user cache, so later installs (and CI on this machine) take seconds.
+WHEELS="${CADENCE_WHEEL_CACHE:-$HOME/.cache/cadence/wheels}"
+mkdir -p "$WHEELS"
+LLAMA_VERSION="0.3.36"
+if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+  echo "== building llama-cpp-python $LLAMA_VERSION once (cached in $WHEELS)"
+  CMAKE_ARGS="-DGGML_NATIVE=OFF" $PY -m pip wheel -q --no-deps -w "$WHEELS" "llama-cpp-python==$LLAMA_VERSION"
+fi
+
+# The CPU build of torch (the registry's default is a multi-GB CUDA build).
+$PY -m pip install -q "torch==2.13.0" 2>/dev/null || $PY -m pip install -q "torch>=2.5,<2.14"
+extras="embedded,parakeet"
+[ $want_test -eq 1 ] && extras="$extras,dev"
+echo "== pip: cadence[$extras]"
+$PY -m pip install -q --find-links "$WHEELS" "llama-cpp-python==$LLAMA_VERSION" -e ".[$extras]"
+echo "== installed: $($PY -c 'import pipecat, sys; print("pipecat", pipecat.__version__ if hasattr(pipecat, "__version__") else "?", "python", sys.version.split()[0])')"

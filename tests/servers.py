@@ -1,0 +1,57 @@
+"""Start real ``cadence serve`` processes for tests and stop them afterwards."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextmanager
+def cadence_serve(*overrides: str, timeout_s: float = 180.0, log_path: Path | None = None) -> Iterator[dict]:
+    """Run ``cadence serve --port 0`` with overrides; yield {'url', 'log'} once it is ready."""
+    cmd = [sys.executable, "-m", "agent.cli", "serve", "--port", "0", "--log-level", "DEBUG"]
+    for item in overrides:
+        cmd += ["--set", item]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    url: list[str] = []
+    ready = threading.Event()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            m = re.search(r"Cadence is ready: open (http://\S+?)/ ", line)
+            if m:
+                url.append(m.group(1))
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not ready.wait(0.2):
+            if time.monotonic() > deadline:
+                raise TimeoutError("cadence serve did not become ready:\n" + "".join(lines[-40:]))
+        if not url:
+            raise RuntimeError("cadence serve exited:\n" + "".join(lines[-60:]))
+        yield {"url": url[0], "log": lines, "proc": proc}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if log_path is not None:
+            log_path.write_text("".join(lines))

@@ -1,0 +1,47 @@
+"""The managed llama.cpp server (real process) and the vLLM command line."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from agent.llm_server import (
+    LLMServerError,
+    ManagedLLMServer,
+    embedded_llama_server,
+    vllm_command,
+    wait_healthy,
+)
+
+
+def test_embedded_server_starts_answers_and_stops():
+    with embedded_llama_server(threads=2) as server:
+        r = httpx.post(f"{server.base_url}/chat/completions", timeout=60, json={
+            "model": server.model_id, "max_tokens": 8,
+            "messages": [{"role": "user", "content": "Say hello."}],
+        })
+        assert r.status_code == 200
+        assert r.json()["choices"][0]["message"]["content"].strip()
+        proc = server.process
+    assert proc is not None and proc.poll() is not None  # stopped
+
+
+def test_vllm_command_carries_the_planned_memory_share():
+    cmd = vllm_command("org/model", 8123, 0.35, ["--max-model-len", "4096"])
+    i = cmd.index("--gpu-memory-utilization")
+    assert cmd[i + 1] == "0.3500"
+    assert cmd[cmd.index("--port") + 1] == "8123"
+    assert cmd[-2:] == ["--max-model-len", "4096"]
+    with pytest.raises(ValueError):
+        vllm_command("m", 1, 1.5)
+
+
+def test_a_server_that_dies_at_start_is_reported():
+    server = ManagedLLMServer(["python3", "-c", "import sys; sys.exit(3)"], port=1, start_timeout_s=5)
+    with pytest.raises(LLMServerError, match="exited with code 3"):
+        server.start()
+
+
+def test_health_check_times_out_clearly():
+    with pytest.raises(LLMServerError, match="not healthy"):
+        wait_healthy("http://127.0.0.1:9/v1", timeout_s=0.5)

@@ -1,0 +1,143 @@
+"""A real aiortc caller: plays audio into a Cadence server over WebRTC and records the reply.
+
+Used by tests, the capacity tool and examples. The microphone track is paced in real time
+(20 ms frames at 48 kHz); received audio frames are kept with their arrival times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+import numpy as np
+import soxr
+from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
+from av import AudioFrame
+
+RATE = 48000
+FRAME = 960  # 20 ms
+
+
+class PacedAudioTrack(MediaStreamTrack):
+    """A microphone that says the queued utterances in order and is silent otherwise."""
+
+    kind = "audio"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._queue: list[np.ndarray] = []
+        self._current: np.ndarray | None = None
+        self._pos = 0
+        self._pts = 0
+        self._start: float | None = None
+        self.speech_end_times: list[float] = []
+        self.speech_onset_times: list[float] = []
+        self._onset_pending = False
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def say(self, audio_16k: np.ndarray) -> None:
+        """Queue an utterance (mono float32 at 16 kHz)."""
+        self._queue.append(soxr.resample(audio_16k, 16000, RATE).astype(np.float32))
+        self.idle.clear()
+
+    async def recv(self) -> AudioFrame:
+        if self._start is None:
+            self._start = time.monotonic()
+        self._pts += FRAME
+        wait = self._start + self._pts / RATE - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        out = np.zeros(FRAME, dtype=np.float32)
+        if self._current is None and self._queue:
+            self._current, self._pos = self._queue.pop(0), 0
+            self._onset_pending = True
+        if self._current is not None:
+            piece = self._current[self._pos : self._pos + FRAME]
+            out[: len(piece)] = piece
+            if self._onset_pending and piece.size and float(np.abs(piece).max()) > 0.02:
+                self._onset_pending = False
+                # The frame leaves when this call returns: its send time is now.
+                self.speech_onset_times.append(time.monotonic())
+            self._pos += FRAME
+            if self._pos >= len(self._current):
+                self._current = None
+                self.speech_end_times.append(time.monotonic())
+                if not self._queue:
+                    self.idle.set()
+        pcm = (np.clip(out, -1, 1) * 32767).astype(np.int16).reshape(1, -1)
+        frame = AudioFrame.from_ndarray(pcm, format="s16", layout="mono")
+        frame.sample_rate = RATE
+        frame.pts = self._pts
+        frame.time_base = fractions.Fraction(1, RATE)
+        return frame
+
+
+@dataclass
+class ReceivedAudio:
+    chunks: list[tuple[float, np.ndarray]] = field(default_factory=list)  # (arrival, mono int16 @ rate)
+    sample_rate: int = RATE
+
+    def voiced_after(self, t: float, threshold: int = 300) -> float | None:
+        for at, pcm in self.chunks:
+            if at >= t and pcm.size and int(np.abs(pcm).max()) > threshold:
+                return at
+        return None
+
+    def audio_between(self, t0: float, t1: float) -> np.ndarray:
+        parts = [pcm for at, pcm in self.chunks if t0 <= at < t1]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
+
+
+class WebRTCCaller:
+    """One caller: connect, ``say`` utterances, read back what the bot said and when."""
+
+    def __init__(self, base_url: str):
+        self.base_url = base_url.rstrip("/")
+        self.pc = RTCPeerConnection()
+        self.mic = PacedAudioTrack()
+        self.received = ReceivedAudio()
+        self.pc_id: str | None = None
+        self._reader: asyncio.Task | None = None
+
+    async def connect(self, timeout_s: float = 20.0) -> None:
+        self.pc.addTransceiver(self.mic, direction="sendrecv")
+
+        @self.pc.on("track")
+        def on_track(track: MediaStreamTrack) -> None:
+            if track.kind == "audio":
+                self._reader = asyncio.ensure_future(self._read(track))
+
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        offer = {"sdp": self.pc.localDescription.sdp, "type": self.pc.localDescription.type}
+        async with aiohttp.ClientSession() as http, http.post(
+            f"{self.base_url}/api/offer", json=offer, timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as resp:
+            body = await resp.json()
+            if resp.status != 200:
+                raise ConnectionRefusedError(f"HTTP {resp.status}: {body.get('error')}")
+        self.pc_id = body.get("pc_id")
+        await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
+
+    async def _read(self, track: MediaStreamTrack) -> None:
+        while True:
+            try:
+                frame = await track.recv()
+            except Exception:
+                return
+            pcm = frame.to_ndarray()
+            if pcm.ndim == 2 and pcm.shape[0] == 1 and frame.layout.name == "stereo":
+                pcm = pcm.reshape(-1, 2)[:, 0]
+            self.received.sample_rate = frame.sample_rate
+            self.received.chunks.append((time.monotonic(), pcm.reshape(-1).astype(np.int16)))
+
+    def say(self, audio_16k: np.ndarray) -> None:
+        self.mic.say(audio_16k)
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        await self.pc.close()
