@@ -35,6 +35,26 @@ class Inbound:
     other: list[tuple[float, Any]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Spoken:
+    """Send times of an utterance's 20 ms chunks."""
+
+    sent: list[float]
+
+    @property
+    def first(self) -> float:
+        return self.sent[0]
+
+    @property
+    def last(self) -> float:
+        """End of speech: the last chunk left once its 20 ms had been spoken."""
+        return self.sent[-1]
+
+    def started(self, offset_s: float) -> float:
+        """When speech ``offset_s`` into the utterance began: 20 ms before its chunk was sent."""
+        return self.sent[min(len(self.sent) - 1, int(offset_s / 0.02))] - 0.02
+
+
 class LoopbackCaller:
     def __init__(self, url: str, *, stream_sid: str | None = None, call_sid: str | None = None,
                  voiced_threshold: int = 300):
@@ -118,8 +138,8 @@ class LoopbackCaller:
             return False
 
     # -- caller's speech ----------------------------------------------------------------------
-    async def say(self, pcm8k: bytes) -> tuple[float, float]:
-        """Queue 8 kHz 16-bit speech; returns (first, last) send times once it has all gone out."""
+    async def say(self, pcm8k: bytes) -> Spoken:
+        """Queue 8 kHz 16-bit speech; returns each 20 ms chunk's send time once all have gone out."""
         done: asyncio.Future = asyncio.get_running_loop().create_future()
         await self._speech.put((encode_ulaw(pcm8k), done))
         return await done
@@ -130,21 +150,20 @@ class LoopbackCaller:
             ulaw, done = (b"", None)
             if not self._speech.empty():
                 ulaw, done = self._speech.get_nowait()
-            first = None
+            sent: list[float] = []
             chunks = [ulaw[i:i + FRAME] for i in range(0, len(ulaw), FRAME)] or [SILENCE]
             for chunk in chunks:
                 clock += 0.02  # a 20 ms packet leaves once its 20 ms have been spoken
                 await asyncio.sleep(max(0.0, clock - time.monotonic()))
-                sent_at = time.monotonic()
-                first = first or sent_at
                 if self.closed.is_set():
                     break
+                sent.append(time.monotonic())
                 await self.send({"event": "media", "streamSid": self.stream_sid,
                                  "media": {"track": "inbound", "chunk": str(self._seq),
                                            "timestamp": str(int((clock % 1e6) * 1000)),
                                            "payload": base64.b64encode(chunk.ljust(FRAME, b"\xff")).decode()}})
             if done is not None and not done.done():
-                done.set_result((first, time.monotonic()))
+                done.set_result(Spoken(sent or [time.monotonic()]))
 
     # -- what the server sends -----------------------------------------------------------------
     async def _receive(self) -> None:
