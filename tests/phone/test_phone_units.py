@@ -67,10 +67,11 @@ def test_clock_keeps_the_lead_and_measures_lateness():
         clock.sent(t, 0.02, clock.due(t))
     assert clock.due(t) == pytest.approx(t + 0.02)  # from here on: one chunk per 20 ms
     due = clock.due(t)
-    late = clock.sent(due + 0.03, 0.02, due)  # an event-loop stall of 30 ms: late, but no gap
-    assert late.lateness_s == pytest.approx(0.03) and late.gap_s == 0
+    late = clock.sent(due + 0.03, 0.02, due, ready=due - 0.01)  # our own 30 ms stall: late, no gap
+    assert late.lateness_s == pytest.approx(0.03) and late.pacer_s == pytest.approx(0.03) and late.gap_s == 0
     due = clock.due(t)
-    starved = clock.sent(due + 0.2, 0.02, due)  # TTS 200 ms behind: the far end ran dry
+    starved = clock.sent(due + 0.2, 0.02, due, ready=due + 0.2)  # TTS 200 ms behind: the far end ran dry
+    assert starved.lateness_s == pytest.approx(0.2) and starved.pacer_s == 0
     assert starved.gap_s == pytest.approx(0.2 - 0.08, abs=1e-6)  # lateness beyond the lead is heard
     assert clock.playing(due + 0.2)
     assert clock.clear(due + 0.2) == pytest.approx(0.02)

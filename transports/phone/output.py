@@ -140,7 +140,7 @@ class PhoneOutputTransport(BaseOutputTransport):
         return True
 
     async def _send_chunk(self, pcm: bytes, rate: int) -> bool:
-        epoch = self._epoch
+        epoch, ready = self._epoch, time.monotonic()
         message = await self._serializer.serialize(OutputAudioRawFrame(pcm, sample_rate=rate, num_channels=1))
         if not message:
             return True
@@ -162,8 +162,11 @@ class PhoneOutputTransport(BaseOutputTransport):
         if not await self._socket.send(message):  # type: ignore[arg-type]
             return False
         duration = len(pcm) / 2 / rate
-        timing = self.clock.sent(at, duration, due)
-        self._stats.chunk(None if timing.first else timing.lateness_s * 1000.0, timing.gap_s * 1000.0)
+        timing = self.clock.sent(at, duration, due, ready)
+        if timing.first:
+            self._stats.chunk(None, None, 0.0)
+        else:
+            self._stats.chunk(timing.lateness_s * 1000.0, timing.pacer_s * 1000.0, timing.gap_s * 1000.0)
         name = self.ledger.on_audio(duration * 1000.0)
         if name is not None:
             await self._send_mark(name)

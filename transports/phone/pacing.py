@@ -6,6 +6,8 @@ every later chunk when the far end is down to that lead. A *spurt* is one stretc
 speech; its first chunk sets the clock. A chunk's lateness is how long after its slot it went
 out (event-loop stalls, or TTS slower than real time); once lateness exceeds the lead, the far
 end ran dry and the caller heard a gap (an *underrun*), and the clock restarts from that chunk.
+The *pacer* share of lateness counts only from when the chunk was ready: our own stalls, as
+opposed to audio that reached the transport late.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ FRAME_S = 0.02
 class ChunkTiming:
     due: float
     sent: float
-    lateness_s: float
+    lateness_s: float  # sent - due: what the caller's jitter buffer had to absorb
+    pacer_s: float  # sent - max(due, ready): our own scheduling delay (event-loop stalls)
     gap_s: float  # silence the caller heard before this chunk (0 when the far end never ran dry)
     first: bool  # first chunk of a spurt: it sets the clock, so it is never late
 
@@ -40,8 +43,8 @@ class PlayoutClock:
         floor = now if self.spurt_start is None else self.spurt_start
         return max(floor, self.play_end - self.lead_s)
 
-    def sent(self, at: float, duration_s: float, due: float) -> ChunkTiming:
-        """Record a chunk put on the wire at ``at`` that was due at ``due``."""
+    def sent(self, at: float, duration_s: float, due: float, ready: float | None = None) -> ChunkTiming:
+        """Record a chunk put on the wire at ``at`` that was due at ``due`` and queued at ``ready``."""
         first = self.spurt_start is None
         gap = 0.0 if first else max(0.0, at - self.play_end)
         if first:
@@ -50,7 +53,8 @@ class PlayoutClock:
         self.play_end = max(self.play_end, at) + duration_s
         self.sent_s += duration_s
         lateness = 0.0 if first else max(0.0, at - due)
-        return ChunkTiming(due=due, sent=at, lateness_s=lateness, gap_s=gap, first=first)
+        pacer = max(0.0, at - max(due, at if ready is None else ready))
+        return ChunkTiming(due=due, sent=at, lateness_s=lateness, pacer_s=pacer, gap_s=gap, first=first)
 
     def end_spurt(self) -> None:
         """The bot stopped speaking; what the far end holds still plays out."""

@@ -7,8 +7,9 @@ importing any metrics library::
     from transports.phone.stats import PHONE_STATS
     PHONE_STATS.add_listener(lambda name, value: histograms[name].observe(value))
 
-Names: ``output_chunk_lateness_ms`` (every paced chunk but the first of a spurt),
-``output_underrun_gap_ms`` (silence the caller heard mid-reply), ``barge_in_clear_ms`` (caller
+Names: ``output_chunk_lateness_ms`` (every paced chunk but the first of a spurt: sent minus its
+slot, whatever the cause), ``output_pacer_lateness_ms`` (the part after the chunk was ready: the
+transport's own stalls), ``output_underrun_gap_ms`` (silence the caller heard mid-reply), ``barge_in_clear_ms`` (caller
 speech detected -> ``clear`` on the wire), ``protocol_error`` (value: close code).
 """
 
@@ -42,6 +43,7 @@ def summary(values: Iterable[float]) -> dict[str, float | int | None]:
 @dataclass
 class PhoneStats:
     lateness_ms: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    pacer_ms: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     gap_ms: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     barge_in_ms: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     chunks_sent: int = 0
@@ -65,11 +67,14 @@ class PhoneStats:
             except Exception as exc:  # a broken exporter must never stall the audio path
                 logger.warning(f"phone stats listener failed on {name}: {exc}")
 
-    def chunk(self, lateness_ms: float | None, gap_ms: float) -> None:
+    def chunk(self, lateness_ms: float | None, pacer_ms: float | None, gap_ms: float) -> None:
         self.chunks_sent += 1
         if lateness_ms is not None:
             self.lateness_ms.append(lateness_ms)
             self._emit("output_chunk_lateness_ms", lateness_ms)
+        if pacer_ms is not None:
+            self.pacer_ms.append(pacer_ms)
+            self._emit("output_pacer_lateness_ms", pacer_ms)
         if gap_ms > 0:
             self.underruns += 1
             self.gap_ms.append(gap_ms)
@@ -95,6 +100,7 @@ class PhoneStats:
             "refused_total": self.refused_total,
             "protocol_errors": {str(k): v for k, v in self.protocol_errors.items()},
             "output_chunk_lateness_ms": summary(self.lateness_ms),
+            "output_pacer_lateness_ms": summary(self.pacer_ms),
             "output_underrun_gap_ms": summary(self.gap_ms),
             "barge_in_clear_ms": summary(self.barge_in_ms),
         }
@@ -113,19 +119,22 @@ class CallStats:
     marks_echoed: int = 0
     clears: int = 0
     lateness_ms: list[float] = field(default_factory=list)
+    pacer_ms: list[float] = field(default_factory=list)
     gap_ms: list[float] = field(default_factory=list)
     barge_in_ms: list[float] = field(default_factory=list)
     barge_in_resumed: int = 0  # fast barge-ins the pipeline never confirmed: playback resumed
     dtmf: list[str] = field(default_factory=list)
     totals: PhoneStats = field(default_factory=lambda: PHONE_STATS)
 
-    def chunk(self, lateness_ms: float | None, gap_ms: float) -> None:
+    def chunk(self, lateness_ms: float | None, pacer_ms: float | None, gap_ms: float) -> None:
         self.chunks_out += 1
         if lateness_ms is not None:
             self.lateness_ms.append(lateness_ms)
+        if pacer_ms is not None:
+            self.pacer_ms.append(pacer_ms)
         if gap_ms > 0:
             self.gap_ms.append(gap_ms)
-        self.totals.chunk(lateness_ms, gap_ms)
+        self.totals.chunk(lateness_ms, pacer_ms, gap_ms)
 
     def clear(self) -> None:
         self.clears += 1
@@ -141,6 +150,7 @@ class CallStats:
             "marks_echoed": self.marks_echoed, "clears": self.clears, "underruns": len(self.gap_ms),
             "dtmf": "".join(self.dtmf),
             "output_chunk_lateness_ms": summary(self.lateness_ms),
+            "output_pacer_lateness_ms": summary(self.pacer_ms),
             "output_underrun_gap_ms": summary(self.gap_ms),
             "barge_in_clear_ms": [round(v, 1) for v in self.barge_in_ms],
             "barge_in_resumed": self.barge_in_resumed,
