@@ -46,7 +46,7 @@ def cmd_transcribe_server(args: argparse.Namespace) -> int:
 
     engine = _load_engine(spec)
     options = ServerOptions(max_upload_mb=args.max_upload_mb, max_audio_s=args.max_audio_s,
-                            max_inflight=args.max_inflight)
+                            max_inflight=args.max_inflight, max_audio_held_s=args.max_audio_held_s)
 
     def ready(url: str) -> None:
         print(f"Cadence transcription server ready: {url}/v1 (model {engine.name}; "
@@ -83,6 +83,8 @@ def register(sub: Any) -> None:
     p.add_argument("--max-upload-mb", type=float, default=1024.0, help="largest upload accepted (default: 1024)")
     p.add_argument("--max-audio-s", type=float, default=4 * 3600.0, help="longest audio accepted (default: 4 h)")
     p.add_argument("--max-inflight", type=int, default=64, help="requests held at once; more get 429")
+    p.add_argument("--max-audio-held-s", type=float, default=8 * 3600.0,
+                   help="decoded audio held by all requests together; later ones wait (default: 8 h, ~1.8 GB)")
     p.set_defaults(func=friendly(cmd_transcribe_server))
 
     p = sub.add_parser("transcribe-ray", help="transcribe a directory of audio as a Ray Data job",

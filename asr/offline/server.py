@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from asr.offline.decode import AudioTooLongError, decode_file
+from asr.offline.budget import AudioBudget
+from asr.offline.decode import AudioTooLongError, decode_file, probe
 from asr.offline.errors import ApiError
 from asr.offline.formats import RESPONSE_FORMATS, render
 from asr.offline.pipeline import OfflineTranscriber, Timings
@@ -32,6 +33,7 @@ class ServerOptions:
     max_upload_mb: float = 1024.0
     max_audio_s: float = 4 * 3600.0
     max_inflight: int = 64  # requests held at once (uploading, decoding or queued); more get 429
+    max_audio_held_s: float = 8 * 3600.0  # decoded audio held by all requests together (230 MB per hour)
     aliases: tuple[str, ...] = ("whisper-1",)  # model names answered besides the engine's own
     tmp_dir: str | None = None
 
@@ -86,6 +88,7 @@ class TranscriptionServer:
         engine = transcriber.engine
         self.model_names = (engine.name, *(a for a in self.options.aliases if a != engine.name))
         self.inflight = 0
+        self.budget = AudioBudget(self.options.max_audio_held_s)
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[_errors])
@@ -124,6 +127,13 @@ class TranscriptionServer:
                 upload.cleanup()
 
     async def _transcribe(self, upload: Upload, params: Params) -> web.Response:
+        info = await asyncio.to_thread(probe, upload.path)
+        # Unknown until decoded (containers libsndfile cannot read): guess from the size at 16 kbit/s.
+        seconds = info.duration if info is not None else upload.size / 2000
+        async with self.budget.reserve(min(seconds, self.options.max_audio_s)):
+            return await self._decode_and_transcribe(upload, params)
+
+    async def _decode_and_transcribe(self, upload: Upload, params: Params) -> web.Response:
         timings = Timings()
         loop = asyncio.get_running_loop()
         t0 = loop.time()
