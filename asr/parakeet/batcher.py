@@ -1,0 +1,195 @@
+"""Serve many stream sessions with one encoder call and one decoder call per tick.
+
+    batcher = StreamBatcher(engine, StreamConfig(chunk_ms=160))
+    session = batcher.open(on_partial=callback)   # callback(StreamResult) in the event loop
+    batcher.feed(session, samples)                # non-blocking; a tick runs once a chunk is ready
+    final = await batcher.finalize(session)       # end of speech: the final result; the session resets
+    batcher.close(session)
+
+A single asyncio task gathers every session with a whole chunk ready (or a final pending), builds
+their windows, and runs features + encoder + decoder for all of them in a worker thread. Sessions
+are only touched on the event loop thread; the worker sees copies of their audio and carries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from asr.parakeet.decoder import DecodedSeq, DecoderCarry
+from asr.parakeet.engine import ParakeetEngine, pad_batch
+from asr.parakeet.streaming import StreamConfig, StreamResult, StreamSession, WindowRequest
+
+log = logging.getLogger(__name__)
+
+PartialCallback = Callable[[StreamResult], None]
+
+
+@dataclass
+class _Job:
+    session: StreamSession
+    final: bool = False
+    futures: list[asyncio.Future[StreamResult]] = field(default_factory=list)
+
+
+@dataclass
+class TickStats:
+    """Counters a benchmark or the metrics layer can read."""
+
+    ticks: int = 0
+    windows: int = 0
+    audio_s: float = 0.0  # window audio encoded
+    busy_s: float = 0.0  # time in the worker
+
+
+class StreamBatcher:
+    def __init__(self, engine: ParakeetEngine, config: StreamConfig | None = None, max_batch: int = 32) -> None:
+        self.engine = engine
+        base = config or StreamConfig()
+        self.config = StreamConfig(
+            sample_rate=engine.sample_rate, chunk_ms=base.chunk_ms, left_context_s=base.left_context_s,
+            right_context_ms=base.right_context_ms, samples_per_frame=engine.samples_per_frame,
+            final_pass=base.final_pass,
+        )
+        self.max_batch = max_batch
+        self.stats = TickStats()
+        self._jobs: dict[int, _Job] = {}
+        self._listeners: dict[int, PartialCallback | None] = {}
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ sessions
+    def open(self, on_partial: PartialCallback | None = None) -> StreamSession:
+        session = StreamSession(self.config)
+        self._listeners[session.id] = on_partial
+        return session
+
+    def close(self, session: StreamSession) -> None:
+        self._listeners.pop(session.id, None)
+        job = self._jobs.pop(session.id, None)
+        for fut in job.futures if job else ():
+            if not fut.done():
+                fut.cancel()
+
+    def feed(self, session: StreamSession, samples) -> None:
+        """Append audio; schedule a tick for this session once a whole chunk is ready."""
+        session.push(samples)
+        self._schedule(session)
+
+    def pending(self, session: StreamSession) -> bool:
+        """Whether a tick for ``session`` is queued or running."""
+        return session.in_flight or session.id in self._jobs
+
+    async def finalize(self, session: StreamSession) -> StreamResult:
+        """Decode everything left, return the final result, and reset the session for the next utterance."""
+        fut: asyncio.Future[StreamResult] = asyncio.get_running_loop().create_future()
+        job = self._jobs.setdefault(session.id, _Job(session))
+        job.final = True
+        job.futures.append(fut)
+        self._kick()
+        return await fut
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    # ------------------------------------------------------------------ the tick loop
+    def _schedule(self, session: StreamSession) -> None:
+        if session.id in self._jobs or session.in_flight or not session.has_chunk():
+            return
+        self._jobs[session.id] = _Job(session)
+        self._kick()
+
+    def _kick(self) -> None:
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="parakeet-batcher")
+        self._wake.set()
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while True:
+                ready = [j for j in self._jobs.values() if not j.session.in_flight][: self.max_batch]
+                if not ready:
+                    break
+                for job in ready:
+                    del self._jobs[job.session.id]
+                    job.session.in_flight = True
+                try:
+                    await self._tick(ready)
+                finally:
+                    for job in ready:
+                        job.session.in_flight = False
+                        if not job.final:
+                            self._schedule(job.session)  # audio that arrived during the tick
+
+    async def _tick(self, jobs: list[_Job]) -> None:
+        requests = [job.session.next_request(final=job.final) for job in jobs]
+        work = [(job, req) for job, req in zip(jobs, requests, strict=True) if req is not None]
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        try:
+            decoded = await asyncio.to_thread(self.process, [req for _, req in work]) if work else []
+        except Exception as exc:  # fail this tick's waiters, keep serving others
+            log.exception("parakeet tick failed")
+            for job in jobs:
+                for fut in job.futures:
+                    if not fut.done():
+                        fut.set_exception(exc)
+            return
+        self.stats.ticks += 1
+        self.stats.windows += len(work)
+        self.stats.busy_s += loop.time() - start
+        results: dict[int, StreamResult] = {}
+        for (job, req), (seq, carry, end_frame) in zip(work, decoded, strict=True):
+            result = job.session.apply(req, seq, carry, end_frame)
+            result.text = self.engine.tokenizer.decode(result.tokens).strip()
+            results[job.session.id] = result
+        for job in jobs:
+            session = job.session
+            result = results.get(session.id) or self._snapshot(session, job.final)
+            if job.final:
+                session.reset()
+                for fut in job.futures:
+                    if not fut.done():
+                        fut.set_result(result)
+            else:
+                listener = self._listeners.get(session.id)
+                if listener is not None:
+                    listener(result)
+
+    def _snapshot(self, session: StreamSession, final: bool) -> StreamResult:
+        return StreamResult(session.id, final, self.engine.tokenizer.decode(session.tokens).strip(),
+                            list(session.tokens), list(session.frames), list(session.durations),
+                            session.total_samples / self.config.sample_rate)
+
+    # ------------------------------------------------------------------ the heavy part (worker thread)
+    def process(self, requests: list[WindowRequest]) -> list[tuple[DecodedSeq, DecoderCarry, int]]:
+        """One encoder call and one decoder call for all windows; returns (tokens, carry, end frame)."""
+        audio, lengths = pad_batch([r.audio for r in requests])
+        if audio.shape[1] == 0:
+            audio = torch.zeros(len(requests), 1)
+        self.stats.audio_s += float(lengths.sum()) / self.config.sample_rate
+        encoded = self.engine.encode(audio, lengths)
+        enc_lengths = encoded.lengths.tolist()
+        starts, ends = [], []
+        for r, n in zip(requests, enc_lengths, strict=True):
+            end = n if r.end_frame is None else min(n, r.end_frame - r.window_start_frame)
+            starts.append(min(r.start_frame - r.window_start_frame, end))
+            ends.append(end)
+        seqs, carries = self.engine.decode(encoded, carry=[r.carry for r in requests], start_frames=starts,
+                                           end_frames=ends)
+        return [(seq, carry, r.window_start_frame + end)
+                for r, seq, carry, end in zip(requests, seqs, carries, ends, strict=True)]

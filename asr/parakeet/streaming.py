@@ -1,0 +1,165 @@
+"""Stream sessions: one caller's utterance as a sequence of chunk decodes with carried decoder state.
+
+Each tick re-encodes a window of audio (left context + the new chunks + optional right context)
+and decodes only the frames of the new chunks, continuing from the session's decoder carry.
+The window starts on an encoder-frame boundary, so window frame ``i`` is utterance frame
+``window_start_frame + i`` exactly (16 kHz, hop 160, x8 subsampling: 1280 samples a frame).
+
+At the end of speech the session asks for a final decode. When the whole utterance fits in the
+left context (and ``final_pass`` is on) the final is a fresh decode of the whole utterance, which
+is exactly what offline decoding gives; otherwise the remaining frames are decoded from the
+carry like any other chunk.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from asr.parakeet.decoder import DecodedSeq, DecoderCarry
+
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    sample_rate: int = 16000
+    chunk_ms: int = 160
+    left_context_s: float = 10.0
+    right_context_ms: int = 0
+    samples_per_frame: int = 1280  # encoder frame: hop 160 x subsampling 8
+    final_pass: bool = True
+
+    def frames(self, ms: float) -> int:
+        """Whole encoder frames in ``ms`` (rounded up, at least 0)."""
+        per_frame_ms = 1000.0 * self.samples_per_frame / self.sample_rate
+        return max(0, -(-round(ms * 1000) // round(per_frame_ms * 1000)))
+
+    @property
+    def chunk_frames(self) -> int:
+        return max(1, self.frames(self.chunk_ms))
+
+    @property
+    def left_frames(self) -> int:
+        return self.frames(self.left_context_s * 1000.0)
+
+    @property
+    def right_samples(self) -> int:
+        return self.frames(self.right_context_ms) * self.samples_per_frame
+
+
+@dataclass
+class WindowRequest:
+    """One session's share of a tick: audio to encode and which of its frames to decode."""
+
+    session: StreamSession
+    audio: np.ndarray  # window samples
+    window_start_frame: int  # utterance frame of the window's first encoder frame
+    start_frame: int  # first utterance frame to decode
+    end_frame: int | None  # one past the last utterance frame to decode; None: every frame of the window
+    carry: DecoderCarry | None
+    final: bool
+    fresh: bool  # a from-scratch decode that replaces the committed tokens
+
+
+@dataclass
+class StreamResult:
+    """A partial or final result: the utterance's tokens so far, with utterance frame indices."""
+
+    session_id: int
+    final: bool
+    text: str
+    tokens: list[int]
+    frames: list[int]
+    durations: list[int]
+    audio_s: float  # utterance audio consumed when this result was made
+
+
+@dataclass
+class StreamSession:
+    """Audio, decoding position and committed tokens of one utterance."""
+
+    config: StreamConfig
+    id: int = field(default_factory=lambda: next(_ids))
+    audio: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    base_sample: int = 0  # utterance sample of audio[0] (old audio is trimmed away)
+    total_samples: int = 0
+    decoded_frames: int = 0  # utterance frames already decoded
+    carry: DecoderCarry | None = None
+    tokens: list[int] = field(default_factory=list)
+    frames: list[int] = field(default_factory=list)
+    durations: list[int] = field(default_factory=list)
+    in_flight: bool = False
+
+    def push(self, samples: np.ndarray) -> None:
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        self.audio = np.concatenate([self.audio, samples])
+        self.total_samples += len(samples)
+
+    def reset(self) -> None:
+        """Start a new utterance (same session id)."""
+        self.audio = np.zeros(0, dtype=np.float32)
+        self.base_sample = self.total_samples = self.decoded_frames = 0
+        self.carry = None
+        self.tokens, self.frames, self.durations = [], [], []
+
+    def ready_end_frame(self) -> int:
+        """The frame up to which whole chunks (with their right context) are available."""
+        c = self.config
+        usable = max(0, self.total_samples - c.right_samples) // c.samples_per_frame
+        return usable // c.chunk_frames * c.chunk_frames
+
+    def has_chunk(self) -> bool:
+        return self.ready_end_frame() > self.decoded_frames
+
+    def next_request(self, final: bool = False) -> WindowRequest | None:
+        """The window for the next tick, or None when there is nothing new to decode."""
+        c = self.config
+        spf = c.samples_per_frame
+        if final:
+            if c.final_pass and self.base_sample == 0 and self.total_samples <= (c.left_frames + c.chunk_frames) * spf:
+                return WindowRequest(self, self.audio.copy(), 0, 0, None, None, final=True, fresh=True)
+            end_frame: int | None = None  # every remaining frame of the audio
+            end_sample = self.total_samples
+            window_end_frame = -(-self.total_samples // spf)
+        else:
+            end = self.ready_end_frame()
+            if end <= self.decoded_frames:
+                return None
+            end_frame = end
+            end_sample = min(self.total_samples, end * spf + c.right_samples)
+            window_end_frame = end
+        start_frame = max(0, min(self.decoded_frames, window_end_frame) - c.left_frames)
+        start_frame = max(start_frame, -(-self.base_sample // spf))
+        lo = start_frame * spf - self.base_sample
+        audio = self.audio[lo : end_sample - self.base_sample].copy()
+        return WindowRequest(self, audio, start_frame, self.decoded_frames, end_frame, self.carry,
+                             final=final, fresh=False)
+
+    def apply(self, request: WindowRequest, seq: DecodedSeq, carry: DecoderCarry, end_frame: int) -> StreamResult:
+        """Commit a decoded window; ``seq.frames`` count from ``request.start_frame``."""
+        frames = [request.start_frame + f for f in seq.frames]
+        if request.fresh:
+            self.tokens, self.frames, self.durations = list(seq.tokens), frames, list(seq.durations)
+        else:
+            self.tokens += seq.tokens
+            self.frames += frames
+            self.durations += seq.durations
+        self.carry = carry
+        self.decoded_frames = max(self.decoded_frames, end_frame)
+        self._trim()
+        return StreamResult(self.id, request.final, "", list(self.tokens), list(self.frames),
+                            list(self.durations), self.total_samples / self.config.sample_rate)
+
+    def _trim(self) -> None:
+        """Drop audio no future window needs (only once the utterance outgrew the left context)."""
+        c = self.config
+        spf = c.samples_per_frame
+        if self.total_samples <= (c.left_frames + c.chunk_frames) * spf:
+            return  # keep everything: the final pass may re-decode the whole utterance
+        keep_from = max(0, self.decoded_frames - c.left_frames) * spf
+        if keep_from > self.base_sample:
+            self.audio = self.audio[keep_from - self.base_sample :]
+            self.base_sample = keep_from
