@@ -9,6 +9,7 @@ call outlives its handler: every exit path goes through one ``finally``.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -124,14 +125,19 @@ class PhoneEndpoint:
                                    f"refused: {refusal.reason}; retry after {refusal.retry_after_s} s")
                 return ws
         try:
-            await self._call(socket)
+            await self._call(socket, request.query.get("token", ""))
         finally:
             await socket.close(CLOSE_NORMAL, "call ended")
             if self.gate is not None:
                 self.gate.release()
         return ws
 
-    async def _call(self, socket: PhoneSocket) -> None:
+    def _authorized(self, start: StreamStart, query_token: str) -> bool:
+        token = self.options.token
+        offered = query_token or start.custom_parameters.get("token", "")
+        return not token or hmac.compare_digest(offered.encode(), token.encode())
+
+    async def _call(self, socket: PhoneSocket, query_token: str = "") -> None:
         try:
             start = await read_start(socket, self.options.handshake_timeout_s, self.options.max_payload_bytes)
         except ProtocolError as exc:
@@ -142,6 +148,10 @@ class PhoneEndpoint:
         if start is None:
             return
         sid = start.stream_sid
+        if not self._authorized(start, query_token):
+            logger.warning(f"phone {sid}: refused: missing or wrong token")
+            await socket.close(CLOSE_POLICY, "unauthorized: missing or wrong token")
+            return
         if sid in self.active:
             await socket.close(CLOSE_POLICY, f"stream {sid!r} is already connected")
             return
@@ -184,6 +194,9 @@ class PhoneEndpoint:
 
     async def twiml(self, request: web.Request) -> web.Response:
         """TwiML for the provider's voice webhook: connect the call to our media stream."""
+        if self.options.token:
+            return web.json_response({"error": "disabled while a phone token is set: put the TwiML with its "
+                                               "<Parameter name=\"token\"> in a TwiML Bin"}, status=404)
         host = request.headers.get("X-Forwarded-Host", request.host)
         secure = request.secure or request.headers.get("X-Forwarded-Proto", "") == "https"
         url = f"{'wss' if secure else 'ws'}://{host}{self.options.path}"

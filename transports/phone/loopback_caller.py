@@ -57,10 +57,11 @@ class Spoken:
 
 class LoopbackCaller:
     def __init__(self, url: str, *, stream_sid: str | None = None, call_sid: str | None = None,
-                 voiced_threshold: int = 300):
+                 custom_parameters: dict[str, str] | None = None, voiced_threshold: int = 300):
         self.url = url
         self.stream_sid = stream_sid or f"MZ{uuid.uuid4().hex}"
         self.call_sid = call_sid or f"CA{uuid.uuid4().hex}"
+        self.custom_parameters = custom_parameters or {}
         self.inbound = Inbound()
         self.voiced_threshold = voiced_threshold
         self.ws: Any = None
@@ -83,7 +84,7 @@ class LoopbackCaller:
             await self.send({"event": "connected", "protocol": "Call", "version": "1.0.0"})
             await self.send({"event": "start", "streamSid": self.stream_sid, "start": {
                 "streamSid": self.stream_sid, "callSid": self.call_sid, "accountSid": "AC" + "0" * 32,
-                "tracks": ["inbound"], "customParameters": {},
+                "tracks": ["inbound"], "customParameters": self.custom_parameters,
                 "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}})
         if stream:
             self._tasks.append(asyncio.create_task(self._stream()))

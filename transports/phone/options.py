@@ -32,3 +32,7 @@ class PhoneOptions:
     recent_calls: int = 50
     # Expose transcripts on ``GET /phone/calls`` (loopback/debug use; off hides the text).
     expose_transcripts: bool = True
+    # Shared secret: when set, a call must carry it as ``?token=`` on the WebSocket URL or as a
+    # ``<Parameter name="token">`` of the TwiML ``<Stream>`` (Twilio drops query strings), and
+    # ``/phone/twiml`` is disabled (it would hand the secret to anyone who asks).
+    token: str = ""

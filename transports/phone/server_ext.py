@@ -57,8 +57,9 @@ def make_endpoint(server: CadenceServer, options: PhoneOptions) -> PhoneEndpoint
                          options=options, barge_in_factory=barge_in, observer_factory=observers)
 
 
-def install(server: CadenceServer) -> None:
-    options = options_from_config(server.config)
+def install(server: CadenceServer, options: PhoneOptions | None = None) -> None:
+    """Add the phone routes to ``server`` (options: given, else the config's ``[phone]``, else defaults)."""
+    options = options or options_from_config(server.config)
 
     def hook(app: web.Application, srv: CadenceServer) -> None:
         endpoint = make_endpoint(srv, options)
