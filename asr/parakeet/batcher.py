@@ -61,6 +61,7 @@ class StreamBatcher:
         self._jobs: dict[int, _Job] = {}
         self._listeners: dict[int, PartialCallback | None] = {}
         self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ sessions
@@ -109,10 +110,12 @@ class StreamBatcher:
         self._kick()
 
     def _kick(self) -> None:
-        if self._wake is None:
-            self._wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # first use, or a new event loop (tests): start over on this one
+            self._loop, self._wake, self._task = loop, asyncio.Event(), None
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="parakeet-batcher")
+            self._task = loop.create_task(self._run(), name="parakeet-batcher")
+        assert self._wake is not None
         self._wake.set()
 
     async def _run(self) -> None:

@@ -1,0 +1,91 @@
+"""ParakeetSTTService in a pipecat pipeline: interim frames while speaking, one final with TTFB metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pipecat.frames.frames import (
+    InputAudioRawFrame,
+    InterimTranscriptionFrame,
+    MetricsFrame,
+    TranscriptionFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.metrics.metrics import TTFBMetricsData
+from pipecat.pipeline.worker import PipelineParams
+from pipecat.tests.utils import SleepFrame, run_test
+
+from asr.parakeet.batcher import StreamBatcher
+from asr.parakeet.engine import ParakeetEngine
+from asr.parakeet.streaming import StreamConfig
+from asr.parakeet.stt_service import ParakeetSTTService, create_parakeet_stt
+from asr.parakeet.tiny import synthetic_speech
+
+
+@pytest.fixture(scope="module")
+def batcher(tiny_dir) -> StreamBatcher:
+    return StreamBatcher(ParakeetEngine.from_pretrained(tiny_dir), StreamConfig(chunk_ms=160))
+
+
+def _audio_frames(clip: np.ndarray, pace_s: float = 0.004) -> list:
+    pcm = (np.clip(clip, -1, 1) * 32767).astype(np.int16)
+    frames = []
+    for lo in range(0, len(pcm), 320):
+        frames.append(InputAudioRawFrame(audio=pcm[lo : lo + 320].tobytes(), sample_rate=16000, num_channels=1))
+        frames.append(SleepFrame(sleep=pace_s))
+    return frames
+
+
+def _expected_text(batcher: StreamBatcher, clip: np.ndarray) -> str:
+    pcm = (np.clip(clip, -1, 1) * 32767).astype(np.int16).astype(np.float32) / 32768.0  # what the service hears
+    engine = batcher.engine
+    return engine.tokenizer.decode(engine.transcribe_tokens([pcm])[0].tokens).strip()
+
+
+async def test_interims_then_one_final_with_ttfb(batcher):
+    first, second = synthetic_speech(1.6, seed=21), synthetic_speech(1.2, seed=22)
+    service = ParakeetSTTService(batcher, preroll_s=0.0, audio_passthrough=False)
+    frames = [VADUserStartedSpeakingFrame(), *_audio_frames(first), VADUserStoppedSpeakingFrame(stop_secs=0.2),
+              SleepFrame(sleep=0.5),
+              VADUserStartedSpeakingFrame(), *_audio_frames(second), VADUserStoppedSpeakingFrame(stop_secs=0.2),
+              SleepFrame(sleep=0.5)]
+    down, _ = await run_test(service, frames_to_send=frames,
+                             pipeline_params=PipelineParams(enable_metrics=True, audio_in_sample_rate=16000))
+    finals = [f for f in down if isinstance(f, TranscriptionFrame)]
+    assert [f.text for f in finals] == [_expected_text(batcher, first), _expected_text(batcher, second)]
+    assert all(f.finalized for f in finals)
+    interims = [f for f in down if isinstance(f, InterimTranscriptionFrame)]
+    assert interims, "no interim results while speaking"
+    first_final = down.index(finals[0])
+    assert any(isinstance(f, InterimTranscriptionFrame) for f in down[:first_final])
+    ttfb = [d.value for f in down if isinstance(f, MetricsFrame) for d in f.data
+            if isinstance(d, TTFBMetricsData) and d.value > 0]  # pipecat also reports a 0 at start
+    assert len(ttfb) == 2 and all(0.2 <= v < 5 for v in ttfb), ttfb  # from speech end (VAD stop - 0.2 s)
+
+
+async def test_resamples_8khz_input(batcher):
+    clip = synthetic_speech(1.0, seed=31)
+    import soxr
+
+    narrow = soxr.resample(clip, 16000, 8000).astype(np.float32)
+    pcm = (np.clip(narrow, -1, 1) * 32767).astype(np.int16)
+    frames = [VADUserStartedSpeakingFrame()]
+    for lo in range(0, len(pcm), 160):
+        frames += [InputAudioRawFrame(audio=pcm[lo : lo + 160].tobytes(), sample_rate=8000, num_channels=1),
+                   SleepFrame(sleep=0.002)]
+    frames += [VADUserStoppedSpeakingFrame(stop_secs=0.2), SleepFrame(sleep=0.5)]
+    service = ParakeetSTTService(batcher, preroll_s=0.0, audio_passthrough=False)
+    down, _ = await run_test(service, frames_to_send=frames, pipeline_params=PipelineParams(audio_in_sample_rate=8000))
+    finals = [f for f in down if isinstance(f, TranscriptionFrame)]
+    assert len(finals) <= 1  # one utterance, one final (empty text is not pushed)
+    assert batcher.stats.windows > 0
+
+
+def test_factory_shares_one_batcher(tiny_dir):
+    from agent.config import ASRConfig
+
+    config = ASRConfig(engine="parakeet", model=str(tiny_dir))
+    a, b = create_parakeet_stt(config), create_parakeet_stt(config)
+    assert isinstance(a, ParakeetSTTService) and a._batcher is b._batcher
+    assert a._batcher.config.chunk_frames == 2 and a._batcher.config.left_frames == 125
