@@ -105,20 +105,31 @@ class GraphedFrontEnd:
         self._built[profile.name] = pg
         return pg
 
-    def run_profile(self, pg: ProfileGraph, audio: torch.Tensor, sample_lengths: np.ndarray) -> torch.Tensor:
-        """Encode ``audio`` (b, n) in this profile; returns the (static) output view (b, T_profile, D)."""
+    def stage(self, pg: ProfileGraph, audio: torch.Tensor, sample_lengths: np.ndarray) -> None:
+        """Host side of a request: copy host audio and lengths into this profile's pinned staging buffers.
+
+        Blocks only until the profile's previous host->device copy has left the staging buffers.
+        """
         b, n = audio.shape
         if pg.copied is not None:
-            pg.copied.synchronize()  # the staging buffers may still be feeding the previous copy
+            pg.copied.synchronize()
         if audio.device.type == "cpu":
             pg.staging[:b, :n].copy_(audio)
             pg.staging[:b, n:].zero_()
+        pg.staging_lengths[:b] = torch.from_numpy(np.asarray(sample_lengths, dtype=np.int64))
+        pg.staging_lengths[b:] = 0
+
+    def launch(self, pg: ProfileGraph, audio: torch.Tensor) -> torch.Tensor:
+        """Device side, on the current stream: copy in (from staging, or from ``audio`` on the device), replay.
+
+        Returns the static output view (b, T_profile, D); call :meth:`stage` first.
+        """
+        b, n = audio.shape
+        if audio.device.type == "cpu":
             pg.audio[:b].copy_(pg.staging[:b], non_blocking=True)
         else:
             pg.audio[:b, :n].copy_(audio)
             pg.audio[:b, n:].zero_()
-        pg.staging_lengths[:b] = torch.from_numpy(np.asarray(sample_lengths, dtype=np.int64))
-        pg.staging_lengths[b:] = 0
         pg.lengths.copy_(pg.staging_lengths, non_blocking=True)
         if self.device.type == "cuda":
             pg.copied = pg.copied or torch.cuda.Event()
@@ -133,6 +144,11 @@ class GraphedFrontEnd:
             else:
                 out = self.front_end(pg.audio, pg.lengths)
         return out[:b]
+
+    def run_profile(self, pg: ProfileGraph, audio: torch.Tensor, sample_lengths: np.ndarray) -> torch.Tensor:
+        """:meth:`stage` then :meth:`launch`: encode ``audio`` (b, n) in this profile."""
+        self.stage(pg, audio, sample_lengths)
+        return self.launch(pg, audio)
 
     def run(self, audio: torch.Tensor, sample_lengths: np.ndarray) -> list[tuple[torch.Tensor, np.ndarray]]:
         """Encode a batch, split over profiles as needed: ``[(encoded (b_i, T, D), enc_lengths (b_i,)), ...]``.

@@ -16,7 +16,7 @@ import torch
 from asr.parakeet.decoder import DecodedSeq, LabelLoopingDecoder
 from asr.parakeet.gpu.fast_encoder import FastConformer
 from asr.parakeet.gpu.features import LogMel
-from asr.parakeet.gpu.frontend_graphs import GraphedFrontEnd, host_encoder_lengths
+from asr.parakeet.gpu.frontend_graphs import GraphedFrontEnd, ProfileGraph, host_encoder_lengths
 from asr.parakeet.gpu.graph_decoder import GraphDecoder
 from asr.parakeet.gpu.profiles import HOP, ShapeProfile, plan_batches
 
@@ -55,7 +55,8 @@ class GpuTranscriber:
         self.decoder_mode = decoder_mode
         self.decoders: dict[int, GraphDecoder] = {}  # one graph per profile batch size
         self.enc_stream = torch.cuda.Stream(self.device)
-        self.dec_stream = torch.cuda.Stream(self.device)
+        # The decoder's small kernels go first when both streams have work (lower number = higher).
+        self.dec_stream = torch.cuda.Stream(self.device, priority=-1)
 
     def _front_end(self, audio: torch.Tensor, sample_lengths: torch.Tensor) -> torch.Tensor:
         return self.encoder(*self.logmel(audio, sample_lengths))
@@ -84,34 +85,53 @@ class GpuTranscriber:
                 )
 
     def transcribe(self, batches: Iterable[tuple[torch.Tensor, np.ndarray]]) -> list[DecodedSeq]:
-        """``batches``: (audio (b, n) float32, host or device; sample lengths (b,)). Results in input order."""
+        """``batches``: (audio (b, n) float32, host or device; sample lengths (b,)). Results in input order.
+
+        Per piece k: the host stages piece k+1 while the GPU encodes piece k; the decoder loads piece
+        k (freeing the encoder output) and loops on its stream while piece k+1 encodes on the other.
+        """
+        pieces = list(self._pieces(batches))
         results: list[DecodedSeq] = []
-        pending: tuple[GraphDecoder, int, torch.cuda.Event] | None = None  # (decoder, batch, done)
-        consumed = torch.cuda.Event()  # the decoder copied the encoder output: the buffer is free
+        if not pieces:
+            return results
+        graphs = [self.frontend.build(p.profile) for p in pieces]
+        decoders = [self.decoder_for(p.profile) for p in pieces]
+        consumed = torch.cuda.Event()
         consumed.record(self.dec_stream)
-        for piece in self._pieces(batches):
-            pg = self.frontend.build(piece.profile)
-            decoder = self.decoder_for(piece.profile)
-            with torch.cuda.stream(self.enc_stream):
-                self.enc_stream.wait_event(consumed)
-                encoded = self.frontend.run_profile(pg, piece.audio, piece.sample_lengths)
-                encoded_ready = torch.cuda.Event()
-                encoded_ready.record(self.enc_stream)
-            enc_lengths = host_encoder_lengths(piece.sample_lengths)
-            if pending is not None:  # collect the previous piece while this one encodes
+        self.frontend.stage(graphs[0], pieces[0].audio, pieces[0].sample_lengths)
+        encoded, ready = self._launch(graphs[0], pieces[0], consumed)
+        pending: tuple[GraphDecoder, int, torch.cuda.Event] | None = None
+        for k, piece in enumerate(pieces):
+            has_next = k + 1 < len(pieces)
+            if has_next:  # host copy of the next piece while the GPU encodes this one
+                self.frontend.stage(graphs[k + 1], pieces[k + 1].audio, pieces[k + 1].sample_lengths)
+            if pending is not None:
                 results.extend(self._collect(*pending))
+            decoder = decoders[k]
             with torch.cuda.stream(self.dec_stream):
-                self.dec_stream.wait_event(encoded_ready)
-                decoder.load(encoded, enc_lengths.tolist())
+                self.dec_stream.wait_event(ready)
+                decoder.load(encoded, host_encoder_lengths(piece.sample_lengths).tolist())
                 consumed = torch.cuda.Event()
                 consumed.record(self.dec_stream)
                 decoder.loop()
                 done = torch.cuda.Event()
                 done.record(self.dec_stream)
-            pending = (decoder, len(enc_lengths), done)
-        if pending is not None:
-            results.extend(self._collect(*pending))
+            pending = (decoder, int(piece.audio.shape[0]), done)
+            if has_next:  # encode the next piece while this one decodes
+                encoded, ready = self._launch(graphs[k + 1], pieces[k + 1], consumed)
+        assert pending is not None
+        results.extend(self._collect(*pending))
         return results
+
+    def _launch(
+        self, pg: ProfileGraph, piece: _Piece, consumed: torch.cuda.Event
+    ) -> tuple[torch.Tensor, torch.cuda.Event]:
+        with torch.cuda.stream(self.enc_stream):
+            self.enc_stream.wait_event(consumed)  # the previous output was copied out by the decoder
+            encoded = self.frontend.launch(pg, piece.audio)
+            ready = torch.cuda.Event()
+            ready.record(self.enc_stream)
+        return encoded, ready
 
     def _collect(self, decoder: GraphDecoder, batch: int, done: torch.cuda.Event) -> list[DecodedSeq]:
         done.synchronize()
