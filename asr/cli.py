@@ -1,0 +1,97 @@
+"""``cadence asr convert|tiny`` and ``cadence transcribe``: Parakeet-TDT from the command line.
+
+``register(subparsers)`` only adds parsers; torch and the engine are imported by the handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    asr = subparsers.add_parser("asr", help="Parakeet-TDT checkpoint tools (convert a .nemo, write a tiny model)")
+    actions = asr.add_subparsers(dest="asr_command", metavar="ACTION")
+    asr.set_defaults(func=lambda args: asr.print_help() or 2)
+
+    convert = actions.add_parser("convert", help="convert a NeMo .nemo checkpoint to a transformers folder")
+    convert.add_argument("nemo", help="MODEL.nemo")
+    convert.add_argument("out_dir", help="folder to write (config.json, model.safetensors, tokenizer)")
+    convert.set_defaults(func=_convert)
+
+    tiny = actions.add_parser("tiny", help="write a tiny random Parakeet-TDT (for tests and plumbing demos)")
+    tiny.add_argument("out", help="a folder, or a path ending in .nemo for a NeMo archive")
+    tiny.add_argument("--vocab-size", type=int, default=256)
+    tiny.add_argument("--layers", type=int, default=2)
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.set_defaults(func=_tiny)
+
+    t = subparsers.add_parser("transcribe", help="transcribe audio files of any length with Parakeet-TDT")
+    t.add_argument("files", nargs="+", help="audio or video files (anything PyAV/FFmpeg decodes)")
+    t.add_argument("--model", help="checkpoint folder, .nemo file or Hub id (default: asr.model)")
+    t.add_argument("--window-s", type=float, default=30.0, help="window length (default 30 s)")
+    t.add_argument("--overlap-s", type=float, default=4.0, help="overlap between windows (default 4 s)")
+    t.add_argument("--batch-size", type=int, default=8, help="windows per engine call (default 8)")
+    t.add_argument("--device", help="cpu, cuda, cuda:1 (default: asr.device)")
+    t.add_argument("--dtype", help="float32 or bfloat16 (default: asr.dtype)")
+    t.add_argument("--encoder-backend", help="eager, compiled, onnx, tensorrt (default: asr.encoder_backend)")
+    t.add_argument("--format", choices=("text", "json"), default="text")
+    t.add_argument("--output-dir", help="write FILE.txt / FILE.json there instead of printing")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--config", "-c", help="TOML config file for the asr.* defaults")
+    t.add_argument("--set", "-s", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    t.set_defaults(func=_transcribe)
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from asr.parakeet.loading import convert_nemo
+
+    out = convert_nemo(args.nemo, args.out_dir)
+    print(f"wrote {out}")
+    return 0
+
+
+def _tiny(args: argparse.Namespace) -> int:
+    from asr.parakeet.tiny import make_tiny_checkpoint, make_tiny_nemo
+
+    kwargs = {"vocab_size": args.vocab_size, "layers": args.layers, "seed": args.seed}
+    out = make_tiny_nemo(args.out, **kwargs) if args.out.endswith(".nemo") else make_tiny_checkpoint(args.out, **kwargs)
+    print(f"wrote {out} (random weights: its transcripts are nonsense)")
+    return 0
+
+
+def _transcribe(args: argparse.Namespace) -> int:
+    from agent.config import load_config
+    from asr.parakeet.engine import ParakeetEngine
+    from asr.parakeet.stt_service import resolve_parakeet_model
+    from asr.parakeet.transcribe import TranscribeOptions, transcribe_files
+
+    asr = load_config(args.config, args.set).asr
+    if args.model:
+        asr.model = args.model
+    engine = ParakeetEngine.from_pretrained(
+        resolve_parakeet_model(asr), device=args.device or asr.device, dtype=args.dtype or asr.dtype,
+        encoder_backend=args.encoder_backend or asr.encoder_backend)
+    options = TranscribeOptions(window_s=args.window_s, overlap_s=args.overlap_s, batch_size=args.batch_size)
+    results = transcribe_files(engine, args.files, options, progress=not args.no_progress)
+    out_dir = Path(args.output_dir) if args.output_dir else None
+    if out_dir:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    for r in results:
+        if args.format == "json":
+            body = json.dumps({"file": r.path, "duration_s": round(r.duration_s, 3), "text": r.text,
+                               "words": [{"text": w.text, "start": round(w.start, 3), "end": round(w.end, 3)}
+                                         for w in r.words]}, ensure_ascii=False)
+        else:
+            body = r.text
+        if out_dir:
+            (out_dir / f"{Path(r.path).name}.{'json' if args.format == 'json' else 'txt'}").write_text(body + "\n")
+        elif len(results) > 1 and args.format == "text":
+            print(f"{r.path}: {body}")
+        else:
+            print(body)
+    sys.stdout.flush()
+    return 0
