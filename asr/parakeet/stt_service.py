@@ -35,6 +35,7 @@ from pipecat.frames.frames import (
     VADUserStoppedSpeakingFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection
+from pipecat.services.settings import STTSettings
 from pipecat.services.stt_service import STTService
 from pipecat.transcriptions.language import Language
 from pipecat.utils.time import time_now_iso8601
@@ -60,7 +61,8 @@ class ParakeetSTTService(STTService):
     """Streaming Parakeet-TDT transcription: interim results while the user speaks, a final at VAD stop."""
 
     def __init__(self, batcher: StreamBatcher, *, preroll_s: float = 0.4, language: str = "en",
-                 ttfs_p99_latency: float | None = 1.0, **kwargs: Any) -> None:
+                 ttfs_p99_latency: float | None = 1.0, model_name: str = "parakeet-tdt", **kwargs: Any) -> None:
+        kwargs.setdefault("settings", STTSettings(model=model_name, language=language))
         super().__init__(ttfs_p99_latency=ttfs_p99_latency, **kwargs)
         self._batcher = batcher
         self._engine_rate = batcher.config.sample_rate
@@ -237,8 +239,10 @@ def warm_parakeet(asr_config: Any) -> None:
 
 def create_parakeet_stt(asr_config: Any, **kwargs: Any) -> ParakeetSTTService:
     """The factory ``asr.engine = "parakeet"`` selects: a service on the shared batcher."""
+    batcher = shared_parakeet_batcher(asr_config)
     return ParakeetSTTService(
-        shared_parakeet_batcher(asr_config),
+        batcher,
+        model_name=Path(str(batcher.engine.checkpoint.source)).name or "parakeet-tdt",
         language=getattr(asr_config, "language", "en"),
         ttfs_p99_latency=getattr(asr_config, "ttfs_p99_s", 1.0),
         **kwargs,
