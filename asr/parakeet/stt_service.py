@@ -222,11 +222,15 @@ def shared_parakeet_batcher(asr_config: Any, max_batch: int = 32) -> StreamBatch
     model = resolve_parakeet_model(asr_config)
     stream = StreamConfig(chunk_ms=int(asr_config.chunk_ms), left_context_s=float(asr_config.left_context_s),
                           right_context_ms=int(asr_config.right_context_ms))
-    key = (model, asr_config.device, asr_config.dtype, asr_config.encoder_backend, stream, max_batch)
+    key = (model, asr_config.device, asr_config.dtype, asr_config.encoder_backend, stream, max_batch,
+           getattr(asr_config, "profiles", ""))
     with _SHARED_LOCK:
         if key not in _SHARED:
+            options = {}
+            if getattr(asr_config, "profiles", ""):  # shape profiles for the compiled / tensorrt backends
+                options["profiles"] = asr_config.profiles
             engine = ParakeetEngine.from_pretrained(model, device=asr_config.device, dtype=asr_config.dtype,
-                                                    encoder_backend=asr_config.encoder_backend)
+                                                    encoder_backend=asr_config.encoder_backend, **options)
             engine.warmup()
             _SHARED[key] = StreamBatcher(engine, stream, max_batch=max_batch)
         return _SHARED[key]

@@ -16,8 +16,9 @@ from asr.parakeet.encoders.base import EncoderBackend, EncoderOutput, subsampled
 from asr.parakeet.encoders.eager import run_encoder
 from asr.parakeet.encoders.profiles import ShapeProfile, parse_profiles, pick_profile
 
-# streaming windows (~2.5 s), 10 s windows, 30 s segments: feature frames at 100 per second
-DEFAULT_PROFILES = "8x256,8x1008,4x3008"
+# feature frames (100 a second): short windows; streaming windows of 10 s left context + chunk
+# (+ right context) at three batch sizes; 30 s offline segments
+DEFAULT_PROFILES = "8x256,4x1040,16x1040,32x1040,4x3008"
 
 
 class CompiledEncoder(EncoderBackend):
