@@ -158,3 +158,20 @@ def test_loop_bodies_are_graph_capturable(decoder, batch):
     assert forbidden.isdisjoint(log.ops), sorted(forbidden & set(log.ops))
     assert {k: v.data_ptr() for k, v in vars(state).items() if isinstance(v, torch.Tensor)} == pointers
     assert state.outer_active.dim() == 0 and state.inner_active.dim() == 0
+
+
+def test_matches_the_oracle_with_many_labels_per_frame(tiny_ckpt, batch):
+    """Duration 0 favoured: several labels per frame and some 10-symbol caps, mixed with blanks."""
+    decoder = LabelLoopingDecoder.from_model(tiny_ckpt.model)
+    with torch.no_grad():
+        decoder.joint_head.bias[decoder.num_labels] += 2.5
+        decoder.joint_head.bias[decoder.blank_id] -= 1.0
+    _, enc, lengths = batch
+    seqs, _ = decoder.decode(enc, lengths)
+    caps = 0
+    for i, seq in enumerate(seqs):
+        ref = reference_decode(decoder, enc[i], int(lengths[i]))
+        assert (seq.tokens, seq.frames, seq.durations) == (ref.tokens, ref.frames, ref.durations)
+        caps += max_symbols_on_a_frame(ref) == 10
+    same_frame = sum(a == b for s in seqs for a, b in zip(s.frames, s.frames[1:], strict=False))
+    assert same_frame > 20 and caps >= 1
