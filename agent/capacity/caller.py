@@ -48,10 +48,13 @@ class ListeningOutput(BaseOutputTransport):
         self.record = record
         self.last_arrival = 0.0
         self.play_end = 0.0
+        # Set once the StartFrame reached the output: every stage before it has started.
+        self.started = asyncio.Event()
 
     async def start(self, frame: StartFrame):
         await super().start(frame)
         await self.set_transport_ready(frame)
+        self.started.set()
 
     async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
         now = time.monotonic()
@@ -108,8 +111,12 @@ async def _take_turns(script: CallScript, ear: ListeningOutput, record: CallReco
 async def call(run_caller: RunCaller, params: TransportParams, caller: int, utterances: list[Utterance], *,
                stop_at: float, max_wait_s: float = 15.0, pause_s: float = 0.6, lead_silence_s: float = 0.3,
                admit: Callable[[], Awaitable[str | None]] | None = None,
-               leave: Callable[[], None] | None = None) -> CallRecord:
-    """Connect (through ``admit`` if given), talk until ``stop_at``, hang up; return the record."""
+               leave: Callable[[], None] | None = None, wait_connected: bool = True) -> CallRecord:
+    """Connect (through ``admit`` if given), talk until ``stop_at``, hang up; return the record.
+
+    The caller hangs up once its pipeline has started (``wait_connected``), as a client does
+    after the connection is up; ``wait_connected=False`` hangs up mid-start.
+    """
     record = CallRecord(caller, [u.name for u in utterances], speech_seconds=[u.seconds for u in utterances])
     if admit is not None:
         refused = await admit()
@@ -130,6 +137,9 @@ async def call(run_caller: RunCaller, params: TransportParams, caller: int, utte
         with contextlib.suppress(asyncio.CancelledError):
             await turns
         if not session.done():
+            if wait_connected:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(transport.output().started.wait(), 10.0)
             await transport.hang_up()
             try:
                 await asyncio.wait_for(session, 10.0)
