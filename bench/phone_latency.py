@@ -50,7 +50,31 @@ async def get_json(url: str) -> dict:
         return await r.json()
 
 
-async def call(url: str, names: list[str], warmup: str) -> dict:
+async def barge_ins(caller: LoopbackCaller, count: int) -> list[float]:
+    """Ask, and speak over the answer 0.3 s into it: ms from the caller's speech onset to ``clear``."""
+    out = []
+    for name in PROMPTS[:count]:
+        asked = await caller.say(pcm8k(name))
+        first = None
+        for _ in range(1000):
+            if (first := caller.first_voiced_after(asked.last)) is not None:
+                break
+            await asyncio.sleep(0.02)
+        if first is None:
+            continue
+        await asyncio.sleep(0.3)
+        speech = pcm8k("hello-world")
+        spoken = await caller.say(speech)
+        onset = spoken.started(speech_onset_s(speech))
+        clears = [t for t in caller.inbound.clears if t > first]
+        if clears:
+            out.append((clears[0] - onset) * 1000.0)
+        await caller.wait_reply(spoken.last, timeout_s=20)
+        await asyncio.sleep(0.5)
+    return out
+
+
+async def call(url: str, names: list[str], warmup: str, barge_in_count: int = 0) -> dict:
     caller = await LoopbackCaller(url.replace("http://", "ws://") + "/phone/ws").connect()
     await asyncio.sleep(0.5)
     rows = []
@@ -66,12 +90,13 @@ async def call(url: str, names: list[str], warmup: str) -> dict:
                          "reply_s": None if reply is None else reply[1] - reply[0]})
         await asyncio.sleep(0.5)
     record = await get_json(f"{url}/phone/calls/{caller.stream_sid}")
+    clears = await barge_ins(caller, barge_in_count)
     await caller.hang_up()
     turns = [t for t in record["turns"] if t["transcript"]][1:]  # drop the warm-up turn
     for row, turn in zip(rows, turns, strict=False):
         row.update(heard=turn["transcript"], reply=turn["reply"], wer=wer(prompt(row["prompt"]).text, turn["transcript"]),
                    server_stages_ms=turn["stages_ms"])
-    return {"rows": rows, "call": record}
+    return {"rows": rows, "call": record, "barge_in_clear_ms": clears}
 
 
 def trailing_silence_s(pcm: bytes) -> float:
@@ -89,12 +114,14 @@ async def main(args: argparse.Namespace) -> dict:
     names = PROMPTS[: args.turns]
     load_before = loadavg()
     if args.url:
-        result = await call(args.url, names, args.warmup)
+        result = await call(args.url, names, args.warmup, args.barge_ins)
     else:
         from tests.servers import cadence_serve
 
+        if args.phone_options:
+            os.environ["CADENCE_PHONE_OPTIONS"] = args.phone_options
         with cadence_serve(*args.set) as server:
-            result = await call(server["url"], names, args.warmup)
+            result = await call(server["url"], names, args.warmup, args.barge_ins)
     rows = result["rows"]
     first = [r["eos_to_first_audio_ms"] for r in rows if r["eos_to_first_audio_ms"] is not None]
     stats_out = result["call"]["stats"]
@@ -111,6 +138,8 @@ async def main(args: argparse.Namespace) -> dict:
                                                 if r["last_voiced_to_first_audio_ms"] is not None]),
         "server_eos_to_first_audio_ms": stats([r["server_stages_ms"]["eos_to_first_audio"] for r in rows
                                                if "eos_to_first_audio" in r.get("server_stages_ms", {})]),
+        "barge_in_clear_ms": {**stats(result["barge_in_clear_ms"]),
+                              "values": [round(v, 1) for v in result["barge_in_clear_ms"]]},
         "output": {k: stats_out[k] for k in ("output_chunk_lateness_ms", "output_pacer_lateness_ms",
                                              "output_underrun_gap_ms", "underruns", "chunks_out")},
         "rows": rows,
@@ -127,6 +156,9 @@ def report(out: dict) -> None:
     for r in out["rows"]:
         ms = r["eos_to_first_audio_ms"]
         print(f"  {r['prompt']:28s} {'-' if ms is None else f'{ms:6.0f}'} ms  heard {r.get('heard', '')!r}")
+    b = out["barge_in_clear_ms"]
+    if b["n"]:
+        print(f"barge-in: caller's speech onset -> clear: p50 {b['p50']:.0f} ms, max {b['max']:.0f} ms {b['values']}")
     o = out["output"]
     print(f"output chunk lateness {o['output_chunk_lateness_ms']}, pacer {o['output_pacer_lateness_ms']}, "
           f"underruns {o['underruns']} of {o['chunks_out']} chunks")
@@ -138,6 +170,8 @@ if __name__ == "__main__":
     parser.add_argument("--turns", type=int, default=12)
     parser.add_argument("--url", help="a running cadence serve (default: start one)")
     parser.add_argument("--set", action="append", default=[], help="config override for the started server")
+    parser.add_argument("--barge-ins", type=int, default=5, help="then speak over this many answers")
+    parser.add_argument("--phone-options", default="", help='JSON for $CADENCE_PHONE_OPTIONS, e.g. \'{"barge_in_start_ms": 0}\'')
     parser.add_argument("--warmup", default="vm-goodbye", help="prompt for the discarded first turn")
     parser.add_argument("--out", default=str(ROOT / "bench/results/phone_latency_cpu.json"))
     args = parser.parse_args()

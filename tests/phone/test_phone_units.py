@@ -134,3 +134,19 @@ async def test_inbound_decoding_resamples_once_per_chunk_and_keeps_the_tone():
     assert level == pytest.approx(8000 / np.sqrt(2), rel=0.05)  # unity gain through mu-law + FIR
     images = spectrum[np.fft.rfftfreq(15000, 1 / 16000) > 4500].max() / spectrum.max()
     assert images < 10 ** (-50 / 20)  # the 8 kHz images are filtered out
+
+
+def test_options_come_from_the_config_section_then_the_environment():
+    from dataclasses import dataclass
+
+    from transports.phone.server_ext import options_from_config
+
+    @dataclass
+    class Config:
+        phone: dict
+
+    opts = options_from_config(Config({"lead_ms": 60.0}), {"CADENCE_PHONE_OPTIONS": '{"barge_in_start_ms": 0}'})
+    assert opts.lead_ms == 60.0 and opts.barge_in_start_ms == 0
+    assert options_from_config(object(), {}).lead_ms == 80.0
+    with pytest.raises(ValueError, match="unknown keys"):
+        options_from_config(object(), {"CADENCE_PHONE_OPTIONS": '{"leed_ms": 1}'})

@@ -2,13 +2,17 @@
 
 ``agent.server_factory`` imports this module and calls ``install(server)``; the route hook then
 adds the phone routes when the app is built, behind the server's admission gate. Options come
-from a ``[phone]`` config section when the config has one (same field names as ``PhoneOptions``).
+from a ``[phone]`` config section when the config has one (same field names as ``PhoneOptions``),
+then from ``$CADENCE_PHONE_OPTIONS`` (a JSON object of the same fields), e.g.
+``CADENCE_PHONE_OPTIONS='{"barge_in_start_ms": 0}' cadence serve``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import json
+import os
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -24,13 +28,24 @@ if TYPE_CHECKING:
 PHONE_ENDPOINT = web.AppKey("phone_endpoint", PhoneEndpoint)
 
 
-def options_from_config(config: Any) -> PhoneOptions:
+def options_from_config(config: Any, environ: Mapping[str, str] | None = None) -> PhoneOptions:
+    """``PhoneOptions`` from the config's ``[phone]`` section, then ``$CADENCE_PHONE_OPTIONS``."""
+    fields = {f.name: f for f in dataclasses.fields(PhoneOptions)}
     section = getattr(config, "phone", None)
-    if section is None:
-        return PhoneOptions()
-    names = {f.name for f in dataclasses.fields(PhoneOptions)}
-    values = dataclasses.asdict(section) if dataclasses.is_dataclass(section) else dict(section)
-    return PhoneOptions(**{k: v for k, v in values.items() if k in names})
+    values: dict[str, Any] = {}
+    if section is not None:
+        values = dataclasses.asdict(section) if dataclasses.is_dataclass(section) else dict(section)
+    raw = (os.environ if environ is None else environ).get("CADENCE_PHONE_OPTIONS", "")
+    if raw:
+        try:
+            extra = json.loads(raw)
+        except ValueError as exc:
+            raise ValueError(f"$CADENCE_PHONE_OPTIONS is not JSON: {exc}") from None
+        unknown = set(extra) - set(fields) if isinstance(extra, dict) else {"(not an object)"}
+        if unknown:
+            raise ValueError(f"$CADENCE_PHONE_OPTIONS: unknown keys {sorted(unknown)} (known: {sorted(fields)})")
+        values.update(extra)
+    return PhoneOptions(**{k: v for k, v in values.items() if k in fields})
 
 
 def make_endpoint(server: CadenceServer, options: PhoneOptions) -> PhoneEndpoint:
