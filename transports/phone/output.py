@@ -53,8 +53,9 @@ class PhoneOutputTransport(BaseOutputTransport):
         self.clock = PlayoutClock(options.lead_ms / 1000.0)
         self.ledger = MarkLedger(options.mark_every_ms)
         self._epoch = 0  # bumped by every clear/interruption: a chunk from an older epoch is dropped
-        self._resume = asyncio.Event()
-        self._hold_until = 0.0
+        self._released = asyncio.Event()  # cleared while the bot's audio is held back
+        self._released.set()
+        self._hold_until: float | None = None  # end of a barge-in hold; None: until released
 
     async def setup(self, setup: FrameProcessorSetup):
         await super().setup(setup)
@@ -77,11 +78,16 @@ class PhoneOutputTransport(BaseOutputTransport):
         await self._socket.close(CLOSE_NORMAL, "call ended")
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
-        if isinstance(frame, InterruptionFrame):
-            await self.clear("interruption")  # first: the caller stops hearing the bot now
-            self._epoch += 1
+        if not isinstance(frame, InterruptionFrame):
+            await super().process_frame(frame, direction)
+            return
+        await self.clear("interruption")  # first: the caller stops hearing the bot now
+        self._hold(None)  # nothing goes out until the media sender has dropped its queue
+        try:
+            await super().process_frame(frame, direction)
+        finally:
+            self._epoch += 1  # whatever was taken from the old queue meanwhile is dropped
             self._release_hold()
-        await super().process_frame(frame, direction)
 
     async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM):
         if isinstance(frame, BotStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
@@ -110,12 +116,25 @@ class PhoneOutputTransport(BaseOutputTransport):
     async def barge_in(self, onset: float) -> None:
         """The caller started speaking over the bot: clear now, hold the rest for the pipeline."""
         if await self.clear("barge-in", onset=onset):
-            self._resume.clear()
-            self._hold_until = time.monotonic() + self._options.barge_in_hold_s
+            self._hold(time.monotonic() + self._options.barge_in_hold_s)
+
+    def _hold(self, until: float | None) -> None:
+        self._hold_until = until
+        self._released.clear()
 
     def _release_hold(self) -> None:
-        self._hold_until = 0.0
-        self._resume.set()
+        self._released.set()
+
+    async def _wait_released(self) -> None:
+        if self._released.is_set():
+            return
+        timeout = None if self._hold_until is None else max(0.0, self._hold_until - time.monotonic())
+        try:
+            await asyncio.wait_for(self._released.wait(), timeout)
+        except TimeoutError:  # a fast barge-in the pipeline never confirmed (a cough, a door)
+            logger.debug(f"phone {self._sid}: barge-in not confirmed; resuming playback")
+            self._stats.barge_in_resumed += 1
+            self._release_hold()
 
     def on_mark_echo(self, name: str) -> None:
         if self.ledger.on_echo(name) is not None:
@@ -144,14 +163,7 @@ class PhoneOutputTransport(BaseOutputTransport):
         message = await self._serializer.serialize(OutputAudioRawFrame(pcm, sample_rate=rate, num_channels=1))
         if not message:
             return True
-        hold = self._hold_until - time.monotonic()
-        if hold > 0:  # a fast barge-in holds playback until the pipeline confirms it, or for so long
-            try:
-                await asyncio.wait_for(self._resume.wait(), hold)
-            except TimeoutError:
-                logger.debug(f"phone {self._sid}: barge-in not confirmed; resuming playback")
-                self._stats.barge_in_resumed += 1
-                self._release_hold()
+        await self._wait_released()
         now = time.monotonic()
         due = self.clock.due(now)
         if due > now:
