@@ -4,7 +4,8 @@ Each request hands over its windows; a single worker thread owns the engine and 
 each batch by taking the next request in round-robin order (so a 10 s request is not stuck
 behind a 3 h one), seeding the batch with that request's oldest window, and filling it with
 the pending windows (of any request, same language) closest in length, so padding inside a
-batch stays small. Results go back to each request's event loop.
+batch stays small. An engine with a fixed input length (Whisper: 30 s) instead gets several
+short windows packed into each input (``packing``). Results go back to each request's loop.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from asr.offline.engine import WindowEngine
+from asr.offline.packing import GAP_S, Pack, pack, packed_audio, split_words
 from asr.offline.results import Word
 
 
@@ -36,6 +38,7 @@ class _Item:
 class BatchStats:
     batches: int = 0
     windows: int = 0
+    inputs: int = 0  # engine inputs: windows, or packs of windows
     audio_s: float = 0.0
     busy_s: float = 0.0
     sizes: list[int] = field(default_factory=list)
@@ -83,23 +86,37 @@ class WindowBatcher:
             self._cond.notify()
         self._thread.join(timeout=30)
 
-    def _next_batch(self) -> list[_Item]:
+    def _take(self, items: list[_Item]) -> None:
+        for it in items:
+            q = self._pending.get(it.request)
+            if q is not None and it in q:
+                q.remove(it)
+                if not q:
+                    del self._pending[it.request]
+
+    def _next_batch(self) -> tuple[list[_Item], list[Pack] | None]:
+        """The next batch, and how it is packed (``None``: one window per engine input)."""
         request, queue = next(iter(self._pending.items()))
         self._pending.move_to_end(request)  # round robin: this request goes last next time
-        seed = queue.popleft()
-        if not queue:
-            del self._pending[request]
+        seed = queue[0]
+        others = [it for q in self._pending.values() for it in q if it is not seed and it.language == seed.language]
+        fixed = getattr(self.engine, "fixed_window_s", None)
+        if fixed:
+            candidates = [seed, *others]
+            packs = pack([len(it.audio) for it in candidates], int(fixed * self.engine.sample_rate),
+                         self.max_batch, int(GAP_S * self.engine.sample_rate), first=0)
+            chosen = sorted(i for p in packs for i, _ in p.members)
+            batch = [candidates[i] for i in chosen]
+            remap = {old: new for new, old in enumerate(chosen)}
+            for p in packs:
+                p.members = [(remap[i], off) for i, off in p.members]
+            self._take(batch)
+            return batch, packs
         target = len(seed.audio)
-        others = [(abs(len(it.audio) - target), rid, it) for rid, q in self._pending.items() for it in q
-                  if it.language == seed.language]
-        others.sort(key=lambda t: t[0])
-        batch = [seed] + [it for _, _, it in others[: self.max_batch - 1]]
-        for it in batch[1:]:
-            q = self._pending[it.request]
-            q.remove(it)
-            if not q:
-                del self._pending[it.request]
-        return batch
+        others.sort(key=lambda it: abs(len(it.audio) - target))
+        batch = [seed, *others[: self.max_batch - 1]]
+        self._take(batch)
+        return batch, None
 
     def _run(self) -> None:
         while True:
@@ -108,24 +125,35 @@ class WindowBatcher:
                     self._cond.wait()
                 if self._closed:
                     return
-                batch = self._next_batch()
-            live = [it for it in batch if not it.future.done()]
-            if not live:
-                continue
+                batch, packs = self._next_batch()
             t0 = time.perf_counter()
             try:
-                results = self.engine.transcribe_windows([it.audio for it in live], live[0].language)
+                results = self._transcribe(batch, packs)
             except Exception as exc:  # the engine failed: fail these windows, keep serving
-                for it in live:
+                for it in batch:
                     it.loop.call_soon_threadsafe(_settle, it.future, None, exc)
                 continue
             self.stats.batches += 1
-            self.stats.windows += len(live)
-            self.stats.sizes.append(len(live))
-            self.stats.audio_s += sum(len(it.audio) for it in live) / self.engine.sample_rate
+            self.stats.windows += len(batch)
+            self.stats.inputs += len(batch) if packs is None else len(packs)
+            self.stats.sizes.append(len(batch))
+            self.stats.audio_s += sum(len(it.audio) for it in batch) / self.engine.sample_rate
             self.stats.busy_s += time.perf_counter() - t0
-            for it, words in zip(live, results, strict=True):
+            for it, words in zip(batch, results, strict=True):
                 it.loop.call_soon_threadsafe(_settle, it.future, words, None)
+
+    def _transcribe(self, batch: list[_Item], packs: list[Pack] | None) -> list[list[Word]]:
+        language = batch[0].language
+        if packs is None:
+            return self.engine.transcribe_windows([it.audio for it in batch], language)
+        audios = [it.audio for it in batch]
+        lengths = [len(a) for a in audios]
+        inputs = [packed_audio(p, audios) for p in packs]
+        results: list[list[Word]] = [[] for _ in batch]
+        for p, words in zip(packs, self.engine.transcribe_windows(inputs, language), strict=True):
+            for i, ws in split_words(p, lengths, words, self.engine.sample_rate).items():
+                results[i] = ws
+        return results
 
 
 def _settle(future: asyncio.Future[list[Word]], words: list[Word] | None, exc: BaseException | None) -> None:

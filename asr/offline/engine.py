@@ -2,7 +2,9 @@
 
 An engine transcribes a batch of windows (mono float32 at ``sample_rate``, each at most
 ``plan.max_window_s`` long) and returns, per window, its words with times relative to the
-window's first sample. It is called from one thread at a time (the batcher's).
+window's first sample. It is called from one thread at a time (the batcher's). An engine
+that pads every input to a fixed length says so in ``fixed_window_s``, and the batcher then
+packs short windows of several requests into one input.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ class WindowEngine(Protocol):
     name: str  # the model id the server answers to
     sample_rate: int
     plan: PlanOptions
-    max_batch: int  # windows per engine call
+    max_batch: int  # engine inputs per call
+    fixed_window_s: float | None  # the engine pads every input to this length: pack short windows
     languages: frozenset[str] | None  # None: any language the model detects
 
     def transcribe_windows(self, windows: list[np.ndarray], language: str | None) -> list[list[Word]]: ...

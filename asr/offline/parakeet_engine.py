@@ -18,6 +18,7 @@ from asr.offline.results import Word
 
 class ParakeetWindowEngine:
     languages = None  # v3 detects among its languages; v2 is English and ignores the hint
+    fixed_window_s = None  # cost follows the length: batch by length, never pack
 
     def __init__(self, engine: Any, name: str, max_batch: int, plan: PlanOptions) -> None:
         self.engine = engine

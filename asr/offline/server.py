@@ -109,7 +109,8 @@ class TranscriptionServer:
     async def health(self, _: web.Request) -> web.Response:
         stats = self.transcriber.batcher.stats
         return web.json_response({"status": "ok", "model": self.model_names[0], "inflight": self.inflight,
-                                  "batches": stats.batches, "windows": stats.windows})
+                                  "batches": stats.batches, "windows": stats.windows,
+                                  "engine_inputs": stats.inputs})
 
     async def transcriptions(self, request: web.Request) -> web.Response:
         if self.inflight >= self.options.max_inflight:

@@ -23,6 +23,7 @@ LOGPROB_FLOOR = -1.0
 
 class WhisperWindowEngine:
     sample_rate = 16000
+    fixed_window_s = 30.0  # Whisper's encoder always sees 30 s
 
     def __init__(self, model: Any, name: str, max_batch: int, plan: PlanOptions) -> None:
         from faster_whisper.transcribe import BatchedInferencePipeline

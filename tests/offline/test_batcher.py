@@ -16,10 +16,11 @@ from tests.corpus import wer
 class RecordingEngine:
     """The real engine, recording each batch; the first call waits until every request is queued."""
 
-    def __init__(self, engine) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, engine, pack: bool) -> None:  # type: ignore[no-untyped-def]
         self.engine = engine
         self.name, self.sample_rate, self.plan = engine.name, engine.sample_rate, engine.plan
         self.max_batch, self.languages = engine.max_batch, engine.languages
+        self.fixed_window_s = engine.fixed_window_s if pack else None
         self.batches: list[list[int]] = []
         self.release = threading.Event()
 
@@ -50,7 +51,7 @@ def test_windows_of_many_requests_share_batches_by_length(whisper) -> None:  # t
         "B": [(long[1], None), short[2]],
         "C": [short[3], short[4], (long[2], None), short[5]],
     }
-    engine = RecordingEngine(whisper)
+    engine = RecordingEngine(whisper, pack=False)  # as for an engine whose cost follows the length
     batcher = WindowBatcher(engine, max_batch=3)
 
     async def run() -> dict[str, list[list[Word]]]:
@@ -75,3 +76,28 @@ def test_windows_of_many_requests_share_batches_by_length(whisper) -> None:  # t
             if ref is not None:
                 assert wer(ref, alone) < 0.7, (ref, alone)
     assert all(len(results[k][i]) > 10 for k, i in (("A", 2), ("B", 0), ("C", 2)))  # the long ones too
+
+
+def test_short_windows_of_many_requests_are_packed_into_one_whisper_input(whisper) -> None:  # type: ignore[no-untyped-def]
+    from bench.offline_audio import prompt_clips
+
+    clips = [c for c in prompt_clips() if 2 * 16000 < len(c[0]) < 5 * 16000 and len(c[1].split()) >= 5][:6]
+    engine = RecordingEngine(whisper, pack=True)
+    batcher = WindowBatcher(engine, max_batch=8)
+
+    async def run() -> list[list[list[Word]]]:
+        tasks = [asyncio.create_task(batcher.transcribe([audio], "en")) for audio, _ in clips]
+        await asyncio.sleep(0.2)
+        engine.release.set()
+        return list(await asyncio.gather(*tasks))
+
+    try:
+        results = asyncio.run(run())
+    finally:
+        batcher.close()
+    assert len(engine.batches) == 1 and len(engine.batches[0]) == 1  # six requests, one 30 s input
+    assert engine.batches[0][0] <= 30 * 16000
+    for (audio, ref), (words,) in zip(clips, results, strict=True):
+        text = "".join(w.text for w in words)
+        assert wer(ref, text) < 0.34, (ref, text)
+        assert all(0.0 <= w.start <= w.end <= len(audio) / 16000 for w in words), (len(audio) / 16000, words)
