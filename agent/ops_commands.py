@@ -71,8 +71,10 @@ async def _capacity(config: Any, opts: Any, out_dir: Path) -> tuple[int, list]:
     from agent.capacity.ramp import find_capacity
     from agent.serve import CadenceServer
 
-    # The judged window must hold a whole level.
+    # The judged window must hold a whole level, and every steady-state sample counts (a level
+    # has few turns per caller: the p99 of a handful is their worst).
     config.budgets.window_s = max(config.budgets.window_s, opts.warmup_s + opts.hold_s + opts.max_wait_s + 30.0)
+    config.budgets.min_samples = 1
     server = CadenceServer(config)
     bundle = metrics_http.install(server)
     corpus = load_corpus(out_dir / "utterances", config.audio.in_sample_rate)

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from pipecat.frames.frames import OutputAudioRawFrame, StartFrame
+from pipecat.observers.base_observer import BaseObserver
 from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import BaseTransport, TransportParams
 
@@ -65,6 +66,35 @@ class ListeningOutput(BaseOutputTransport):
         return True
 
 
+class _Started(BaseObserver):
+    def __init__(self, event: asyncio.Event):
+        super().__init__(observe_every_push=False)
+        self._event = event
+
+    async def on_pipeline_started(self):
+        self._event.set()
+
+
+class StartWatch:
+    """A server observer factory: one event per session, set once its whole pipeline has started.
+
+    ``CallerTransport``'s output starting is not enough: the StartFrame may not have reached
+    the end of the pipeline yet, and a pipeline cancelled before that is only cleaned up.
+    """
+
+    def __init__(self) -> None:
+        self._events: dict[str, asyncio.Event] = {}
+
+    def __call__(self, session_id: str) -> BaseObserver:
+        return _Started(self.event(session_id))
+
+    def event(self, session_id: str) -> asyncio.Event:
+        return self._events.setdefault(session_id, asyncio.Event())
+
+    def forget(self, session_id: str) -> None:
+        self._events.pop(session_id, None)
+
+
 class CallerTransport(BaseTransport):
     def __init__(self, params: TransportParams, script: CallScript, record: CallRecord):
         super().__init__()
@@ -111,11 +141,12 @@ async def _take_turns(script: CallScript, ear: ListeningOutput, record: CallReco
 async def call(run_caller: RunCaller, params: TransportParams, caller: int, utterances: list[Utterance], *,
                stop_at: float, max_wait_s: float = 15.0, pause_s: float = 0.6, lead_silence_s: float = 0.3,
                admit: Callable[[], Awaitable[str | None]] | None = None,
-               leave: Callable[[], None] | None = None, wait_connected: bool = True) -> CallRecord:
+               leave: Callable[[], None] | None = None, watch: StartWatch | None = None) -> CallRecord:
     """Connect (through ``admit`` if given), talk until ``stop_at``, hang up; return the record.
 
-    The caller hangs up once its pipeline has started (``wait_connected``), as a client does
-    after the connection is up; ``wait_connected=False`` hangs up mid-start.
+    With ``watch`` (installed in the server's observer factories) the caller hangs up only once
+    its pipeline has fully started, as a client does once connected; without it, as soon as
+    its own output has started.
     """
     record = CallRecord(caller, [u.name for u in utterances], speech_seconds=[u.seconds for u in utterances])
     if admit is not None:
@@ -128,7 +159,9 @@ async def call(run_caller: RunCaller, params: TransportParams, caller: int, utte
                         max_wait_s=max_wait_s + 10.0)
     transport = CallerTransport(params, script, record)
     record.connected_at = time.monotonic()
-    session = asyncio.create_task(run_caller(transport, f"caller-{caller}"))
+    session_id = f"caller-{caller}"
+    connected = watch.event(session_id) if watch is not None else transport.output().started
+    session = asyncio.create_task(run_caller(transport, session_id))
     turns = asyncio.create_task(_take_turns(script, transport.output(), record, stop_at, max_wait_s, pause_s))
     try:
         await asyncio.wait({session, turns}, return_when=asyncio.FIRST_COMPLETED)
@@ -137,9 +170,8 @@ async def call(run_caller: RunCaller, params: TransportParams, caller: int, utte
         with contextlib.suppress(asyncio.CancelledError):
             await turns
         if not session.done():
-            if wait_connected:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(transport.output().started.wait(), 10.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(connected.wait(), 10.0)
             await transport.hang_up()
             try:
                 await asyncio.wait_for(session, 10.0)
@@ -150,6 +182,8 @@ async def call(run_caller: RunCaller, params: TransportParams, caller: int, utte
         if session.done() and not session.cancelled() and session.exception() is not None:
             record.refused = f"session failed: {session.exception()!r}"
         record.ended_at = time.monotonic()
+        if watch is not None:
+            watch.forget(session_id)
         if leave is not None:
             leave()
     return record

@@ -13,11 +13,11 @@ import gc
 
 import psutil
 
-from agent.capacity.caller import call
+from agent.capacity.caller import StartWatch, call
 from tests.ops.helpers import gate_admit, make_server, params
 
-CYCLES = 300
-WARMUP = 50  # more than the server's 200 remembered sessions
+CYCLES = 1000
+WARMUP = 250  # more than the server's 200 remembered sessions
 PAIR = 2  # callers connecting at once (the gate hands slots over)
 
 
@@ -34,10 +34,12 @@ async def test_thousand_connect_disconnect_cycles(embedded):
     server, metrics = make_server(embedded, admission={"max_sessions": 1, "queue_size": PAIR, "queue_timeout_s": 30.0},
                                   vad={"turn": "silence"})
     p = params(server)
+    watch = StartWatch()  # hang up once connected: the whole pipeline has started
+    server.observer_factories.append(watch)
 
     async def one(k: int) -> None:
         record = await call(server.run_caller, p, k, [], stop_at=0.0, lead_silence_s=0.0,
-                            admit=gate_admit(server), leave=server.gate.release)
+                            admit=gate_admit(server), leave=server.gate.release, watch=watch)
         assert record.refused is None, record.refused
 
     before = None

@@ -77,3 +77,31 @@ async def test_metrics_round_trip_into_the_stats_table():
     assert lines["asr_final"].split()[1:6] == ["100", "50.3", "95.1", "98.9", "100.0"]
     assert "BREACH" not in lines["asr_final"]
     assert lines["output_rt_ratio"].endswith("BREACH") and "0.10x" in lines["output_rt_ratio"]
+
+
+async def test_cadence_stats_prints_the_live_table(capsys):
+    import asyncio
+
+    from agent.cli import main
+
+    server = make_server(Config())
+    app = server.make_app()
+    for v in (100.0, 200.0, 300.0):
+        app[METRICS_KEY].stages.record("llm_first_token", v)
+    async with TestServer(app) as ts:
+        code = await asyncio.to_thread(main, ["stats", "--url", str(ts.make_url("")), "--log-level", "ERROR"])
+    out = capsys.readouterr().out
+    assert code == 0
+    row = next(line for line in out.splitlines() if line.startswith("llm_first_token"))
+    cells = row.split()
+    assert cells[1] == "3" and abs(float(cells[2]) - 200.0) < 2.0 and cells[5] == "300.0"
+    assert "sessions 0/4, waiting 0, ready yes" in out
+
+
+def test_cadence_stats_names_an_unreachable_server(capsys):
+    from agent.cli import main
+    from agent.llm_server import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    assert main(["stats", "--url", url, "--log-level", "ERROR"]) == 2
+    assert f"cannot read {url}/metrics" in capsys.readouterr().err
