@@ -21,7 +21,7 @@ from asr.parakeet.gpu.graph_decoder import GraphDecoder
 from bench.common import cuda_time, random_audio, write_result
 from bench.emission import calibrated_model, count_steps, tokens_per_frame
 
-MODES = ("conditional", "graphs", "eager")
+MODES = ("conditional", "graphs", "eager", "conditional+compiled")
 
 
 def main() -> None:
@@ -49,7 +49,7 @@ def main() -> None:
         row: dict[str, Any] = {}
         reference = None
         for mode in MODES:
-            graph = GraphDecoder(decoder, mode=mode)
+            graph = GraphDecoder(decoder, mode=mode.split("+")[0], compile_steps=mode.endswith("+compiled"))
             t0 = time.perf_counter()
             graph.ensure(batch, e.shape[1])
             build_s = time.perf_counter() - t0
@@ -76,6 +76,7 @@ def main() -> None:
         row["speedup_conditional_vs_eager"] = eager / row["conditional"]["median_ms"]
         row["speedup_graphs_vs_eager"] = eager / row["graphs"]["median_ms"]
         row["speedup_conditional_vs_graphs"] = row["graphs"]["median_ms"] / row["conditional"]["median_ms"]
+        row["speedup_compiled_conditional_vs_eager"] = eager / row["conditional+compiled"]["median_ms"]
         rows[f"batch{batch}"] = row
         write_result(
             "decoder_bench", {"seconds_per_clip": args.seconds, "emission": emission, "rows": rows}, args.out
@@ -88,7 +89,8 @@ def main() -> None:
         print(
             f"{name[5:]:>6} {row['conditional']['median_ms']:9.2f} {row['graphs']['median_ms']:10.2f} "
             f"{row['eager']['median_ms']:10.2f} {row['speedup_conditional_vs_eager']:10.1f}x "
-            f"{row['tokens_per_frame']:10.3f} {row['outer_steps'] + row['inner_steps']:7d}"
+            f"{row['tokens_per_frame']:10.3f} {row['outer_steps'] + row['inner_steps']:7d} "
+            f"{row['conditional+compiled']['median_ms']:17.2f}"
         )
 
 

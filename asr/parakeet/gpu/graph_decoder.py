@@ -46,8 +46,13 @@ class GraphDecoder:
         max_frames: int = 0,
         batch_quantum: int = 8,
         frame_quantum: int = 64,
+        compile_steps: bool = False,
     ) -> None:
         self.decoder = decoder
+        # torch.compile fuses each step's ~50 small kernels into a few; the graph then replays those.
+        self.compile_steps = compile_steps
+        self._outer = torch.compile(decoder.outer_step) if compile_steps else decoder.outer_step
+        self._inner = torch.compile(decoder.inner_step) if compile_steps else decoder.inner_step
         self.requested_mode = mode
         self.batch_quantum, self.frame_quantum = batch_quantum, frame_quantum
         self.state: DecoderState | None = None
