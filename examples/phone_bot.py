@@ -61,7 +61,6 @@ from agent.config import load_config  # noqa: E402
 from agent.runtime import run  # noqa: E402
 from agent.server_factory import EXTENSIONS, make_server  # noqa: E402
 from transports.phone import server_ext  # noqa: E402
-from transports.phone.options import PhoneOptions  # noqa: E402
 
 TWIML = """<?xml version="1.0" encoding="UTF-8"?>
 <Response>
@@ -81,12 +80,14 @@ def read_wav_8k(path: Path) -> bytes:
     return to_pcm16(load_audio(path, 8000))
 
 
-async def try_call(url: str, wav: Path, reply_wav: Path | None) -> None:
+async def try_call(url: str, wav: Path, reply_wav: Path | None, token: str = "") -> None:
     """One local call, as Twilio would place it: speak the file, wait for the whole answer."""
     from transports.audio_io import write_wav
     from transports.phone.loopback_caller import LoopbackCaller
 
-    caller = await LoopbackCaller(url.replace("http://", "ws://") + "/phone/ws").connect()
+    caller = LoopbackCaller(url.replace("http://", "ws://") + "/phone/ws",
+                            custom_parameters={"token": token} if token else None)
+    await caller.connect()
     await asyncio.sleep(0.5)
     spoken = await caller.say(read_wav_8k(wav))
     reply = await caller.wait_reply(spoken.last, timeout_s=30)
@@ -106,7 +107,9 @@ async def serve(args: argparse.Namespace) -> None:
     config = load_config(args.config, args.set)
     config.server.host, config.server.port = args.host, args.port
     server = make_server(config, extensions=tuple(e for e in EXTENSIONS if e != "transports.phone.server_ext"))
-    server_ext.install(server, PhoneOptions(token=args.token))
+    options = server_ext.options_from_config(config)  # [phone] section / $CADENCE_PHONE_OPTIONS
+    options.token = args.token or options.token
+    server_ext.install(server, options)
     ready = asyncio.Event()
     task = asyncio.create_task(server.serve_forever(ready))
     waiter = asyncio.create_task(ready.wait())
@@ -116,14 +119,14 @@ async def serve(args: argparse.Namespace) -> None:
         await task  # start-up failed: raise its error
     url = f"http://{config.server.host}:{config.server.port}"
     stream = '<Stream url="wss://<public host>/phone/ws" />'
-    if args.token:
+    if options.token:
         stream = (f'<Stream url="wss://<public host>/phone/ws">\n      <Parameter name="token" '
-                  f'value="{args.token}" />\n    </Stream>')
+                  f'value="{options.token}" />\n    </Stream>')
     print(f"\nphone bot ready: media stream on {url.replace('http', 'ws')}/phone/ws")
     print(f"TwiML for your number (replace <public host> with your tunnel's host):\n"
           f"{TWIML.format(stream=stream)}\n")
     if args.try_call:
-        await try_call(url, args.try_call, args.reply_wav)
+        await try_call(url, args.try_call, args.reply_wav, options.token)
         task.cancel()
         return
     await task
