@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from asr.offline.engine import WindowEngine
-from asr.offline.packing import GAP_S, Pack, pack, packed_audio, split_words
+from asr.offline.packing import GAP_S, Pack, pack, run_packs
 from asr.offline.results import Word
 
 
@@ -146,13 +146,8 @@ class WindowBatcher:
         language = batch[0].language
         if packs is None:
             return self.engine.transcribe_windows([it.audio for it in batch], language)
-        audios = [it.audio for it in batch]
-        lengths = [len(a) for a in audios]
-        inputs = [packed_audio(p, audios) for p in packs]
         results: list[list[Word]] = [[] for _ in batch]
-        for p, words in zip(packs, self.engine.transcribe_windows(inputs, language), strict=True):
-            for i, ws in split_words(p, lengths, words, self.engine.sample_rate).items():
-                results[i] = ws
+        run_packs(self.engine, packs, [it.audio for it in batch], language, results)
         return results
 
 

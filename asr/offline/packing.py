@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -72,3 +73,31 @@ def split_words(p: Pack, lengths: Sequence[int], words: list[Word], rate: int) -
         dur = lengths[i] / rate
         out[i].append(Word(min(max(w.start - start, 0.0), dur), min(max(w.end - start, 0.0), dur), w.text))
     return out
+
+
+def run_packs(engine: Any, packs: list[Pack], windows: Sequence[np.ndarray], language: str | None,
+              results: list[list[Word]]) -> None:
+    """One engine call over ``packs``; each member's words land in ``results[index]``."""
+    lengths = [len(w) for w in windows]
+    inputs = [packed_audio(p, windows) for p in packs]
+    for p, words in zip(packs, engine.transcribe_windows(inputs, language), strict=True):
+        for i, ws in split_words(p, lengths, words, engine.sample_rate).items():
+            results[i] = ws
+
+
+def transcribe_packed(engine: Any, windows: Sequence[np.ndarray], language: str | None) -> list[list[Word]]:
+    """All ``windows`` through a fixed-length engine, packed, ``engine.max_batch`` inputs a call."""
+    results: list[list[Word]] = [[] for _ in windows]
+    remaining = list(range(len(windows)))
+    capacity = int(engine.fixed_window_s * engine.sample_rate)
+    gap = int(GAP_S * engine.sample_rate)
+    while remaining:
+        sub = [windows[i] for i in remaining]
+        packs = pack([len(w) for w in sub], capacity, engine.max_batch, gap)
+        sub_results: list[list[Word]] = [[] for _ in sub]
+        run_packs(engine, packs, sub, language, sub_results)
+        done = {i for p in packs for i, _ in p.members}
+        for i in done:
+            results[remaining[i]] = sub_results[i]
+        remaining = [r for k, r in enumerate(remaining) if k not in done]
+    return results

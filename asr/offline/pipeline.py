@@ -2,7 +2,8 @@
 
 ``OfflineTranscriber`` serves concurrent requests on one engine through the
 ``WindowBatcher``; ``transcribe_corpus`` is the synchronous form for batch jobs (Ray
-workers, the CLI), batching the windows of several files by length itself.
+workers, the CLI), batching the windows of several files by length itself (or packing them,
+for a fixed-length engine).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from asr.offline.batcher import WindowBatcher, length_batches
 from asr.offline.decode import decode_file
 from asr.offline.engine import WindowEngine
+from asr.offline.packing import transcribe_packed
 from asr.offline.plan import Window, plan_windows
 from asr.offline.results import Transcript, Word
 from asr.offline.stitch import build_transcript, place_words
@@ -81,9 +83,12 @@ def transcribe_corpus(engine: WindowEngine, audios: Sequence[np.ndarray], langua
     flat = [(f, k) for f, (_, clips) in enumerate(prepared) for k in range(len(clips))]
     clips = [prepared[f][1][k] for f, k in flat]
     words: list[list[Word]] = [[] for _ in flat]
-    for batch in length_batches([len(c) for c in clips], max_batch or engine.max_batch):
-        for i, ws in zip(batch, engine.transcribe_windows([clips[i] for i in batch], language), strict=True):
-            words[i] = ws
+    if getattr(engine, "fixed_window_s", None):
+        words = transcribe_packed(engine, clips, language)
+    else:
+        for batch in length_batches([len(c) for c in clips], max_batch or engine.max_batch):
+            for i, ws in zip(batch, engine.transcribe_windows([clips[i] for i in batch], language), strict=True):
+                words[i] = ws
     per_file: list[list[list[Word]]] = [[[] for _ in p[1]] for p in prepared]
     for (f, k), ws in zip(flat, words, strict=True):
         per_file[f][k] = ws

@@ -101,3 +101,18 @@ def test_short_windows_of_many_requests_are_packed_into_one_whisper_input(whispe
         text = "".join(w.text for w in words)
         assert wer(ref, text) < 0.34, (ref, text)
         assert all(0.0 <= w.start <= w.end <= len(audio) / 16000 for w in words), (len(audio) / 16000, words)
+
+
+def test_a_corpus_of_short_files_is_packed_too(whisper) -> None:  # type: ignore[no-untyped-def]
+    from asr.offline.pipeline import transcribe_corpus
+    from bench.offline_audio import prompt_clips
+
+    clips = [c for c in prompt_clips() if len(c[1].split()) >= 6][:5]
+    engine = RecordingEngine(whisper, pack=True)
+    engine.max_batch = 1  # one 30 s input per call: the packing loop must come back for the rest
+    engine.release.set()
+    transcripts = transcribe_corpus(engine, [a for a, _ in clips], "en")
+    assert len(engine.batches) < len(clips)
+    assert all(len(b) == 1 and b[0] <= 30 * 16000 for b in engine.batches)
+    for (_, ref), t in zip(clips, transcripts, strict=True):
+        assert wer(ref, t.text) < 0.34, (ref, t.text)
