@@ -59,8 +59,14 @@ class ASRConfig:
     # even if the transcript is late (pipecat's STT safety net).
     ttfs_p99_s: float = 1.0
     # Parakeet engine options.
-    encoder_backend: str = "eager"  # eager | compiled | onnx | tensorrt
+    encoder_backend: str = "eager"  # eager | compiled | onnx | cuda_graphs | tensorrt
     dtype: str = "float32"  # float32 | bfloat16
+    # Shape profiles (batch x feature frames) for compiled / cuda_graphs / tensorrt encoders,
+    # e.g. "4x1040,16x1040"; empty: the backend's defaults.
+    profiles: str = ""
+    # Decoder loop on CUDA: auto (conditional WHILE graph if the driver can, else per-step
+    # graphs, else the plain loop) | conditional | graphs | eager.
+    decoder_graph_mode: str = "auto"
     chunk_ms: int = 160
     left_context_s: float = 10.0
     right_context_ms: int = 0

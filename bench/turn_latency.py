@@ -71,13 +71,15 @@ async def main(args: argparse.Namespace) -> dict:
         warm = await talk(engines, audio[:1])  # one warm-up turn, as the peer did
         del warm
         t0 = time.monotonic()
-        result = await talk(engines, audio)
+        turns = []
+        for utterance in audio:  # one session per turn: context cleared between turns, as the peer did
+            turns += (await talk(engines, [utterance])).turns
         wall = time.monotonic() - t0
         llm_peak = rss_mb(server.process.pid) if server.process else float("nan")
     finally:
         server.stop()
     rows = []
-    for prompt, turn in zip(chosen, result.turns, strict=True):
+    for prompt, turn in zip(chosen, turns, strict=True):
         rows.append(
             {
                 "prompt": prompt.name,

@@ -28,7 +28,7 @@ mkdir -p "$WHEELS"
 LLAMA_VERSION="0.3.36"
 if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
   echo "== building llama-cpp-python $LLAMA_VERSION once (cached in $WHEELS)"
-  CMAKE_ARGS="-DGGML_NATIVE=OFF" $PY -m pip wheel -q --no-deps -w "$WHEELS" "llama-cpp-python==$LLAMA_VERSION"
+  $PY -m pip wheel -q --no-deps -w "$WHEELS" "llama-cpp-python==$LLAMA_VERSION"
 fi
 
 # The CPU build of torch (the registry's default is a multi-GB CUDA build).

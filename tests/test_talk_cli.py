@@ -83,3 +83,19 @@ def test_bad_files_get_one_clear_line(tmp_path):
         assert proc.returncode == 2
         assert "cadence: error:" in proc.stderr and reason in proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def test_talk_with_the_parakeet_engine_on_a_tiny_random_checkpoint(tmp_path):
+    """The whole cascade with asr.engine = parakeet: the words are nonsense, the plumbing is real."""
+    ckpt = tmp_path / "tiny-parakeet"
+    made = cadence("asr", "tiny", str(ckpt), timeout=120)
+    assert made.returncode == 0, made.stderr[-2000:]
+    out = tmp_path / "reply.wav"
+    proc = cadence("talk", str(pick(["agent-pass"])[0].path), "--out", str(out),
+                   "--set", "asr.engine=parakeet", "--set", f"asr.model={ckpt}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    heard = re.search(r"transcript: (['\"])(.*)\1", proc.stdout).group(2)
+    assert heard.strip(), "the parakeet engine produced no transcript"
+    eos_to_transcript = re.search(r"eos_to_transcript\s+(\d+)", proc.stdout)
+    assert eos_to_transcript and int(eos_to_transcript.group(1)) < 5000
+    assert out.stat().st_size > 44
