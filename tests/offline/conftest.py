@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-UPLOAD_LIMIT_MB = 20
+from tests.offline.settings import ROOT, UPLOAD_LIMIT_MB
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.offline.conftest import ROOT
+from tests.offline.settings import ROOT
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

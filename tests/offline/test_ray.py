@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.corpus import wer
-from tests.offline.conftest import ROOT
+from tests.offline.settings import ROOT
 
 pytest.importorskip("ray")
 

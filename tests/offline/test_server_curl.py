@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.corpus import wer
-from tests.offline.conftest import UPLOAD_LIMIT_MB
+from tests.offline.settings import UPLOAD_LIMIT_MB
 
 if shutil.which("curl") is None:
     pytest.skip("curl is not installed", allow_module_level=True)
