@@ -41,6 +41,7 @@ class EngineSpec:
     encoder_backend: str = "eager"  # parakeet only
     max_batch: int = 0  # 0: the engine's default
     max_window_s: float = 0.0  # 0: the engine's default
+    pack: bool = True  # fixed-length engines: pack windows of several requests into one input
 
 
 def make_engine(spec: EngineSpec) -> WindowEngine:

@@ -48,7 +48,10 @@ class WhisperWindowEngine:
         model = shared_whisper_model(path, spec.device, spec.compute_type)
         name = "whisper-" + os.path.basename(os.path.normpath(path)) if spec.model else "whisper-tiny.en"
         plan = PlanOptions(max_window_s=min(spec.max_window_s or 30.0, 30.0))
-        return cls(model, name, spec.max_batch or 8, plan)
+        engine = cls(model, name, spec.max_batch or 8, plan)
+        if not spec.pack:  # one request's audio never shares an input with another's
+            engine.fixed_window_s = None
+        return engine
 
     def _tokenizer(self, language: str) -> Any:
         from faster_whisper.tokenizer import Tokenizer

@@ -116,3 +116,11 @@ def test_a_corpus_of_short_files_is_packed_too(whisper) -> None:  # type: ignore
     assert all(len(b) == 1 and b[0] <= 30 * 16000 for b in engine.batches)
     for (_, ref), t in zip(clips, transcripts, strict=True):
         assert wer(ref, t.text) < 0.34, (ref, t.text)
+
+
+def test_packing_can_be_turned_off(whisper) -> None:  # type: ignore[no-untyped-def]
+    from asr.offline.engine import EngineSpec, make_engine
+
+    assert whisper.fixed_window_s == 30.0
+    assert make_engine(EngineSpec(pack=False)).fixed_window_s is None
+    assert whisper.fixed_window_s == 30.0  # the shared model's other engines keep packing
