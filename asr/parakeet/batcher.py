@@ -9,6 +9,11 @@
 A single asyncio task gathers every session with a whole chunk ready (or a final pending), builds
 their windows, and runs features + encoder + decoder for all of them in a worker thread. Sessions
 are only touched on the event loop thread; the worker sees copies of their audio and carries.
+
+On CUDA the decoder carries stay on the device in one ``asr.parakeet.gpu.carry_bank.CarryBank``
+(a row per open session, gathered and scattered with a few index ops per tick); a session's
+``carry`` is then a :class:`BankedCarry` marker for its row. On the CPU each session holds its own
+``DecoderCarry`` as before. ``carry_bank=True/False`` forces either path.
 """
 
 from __future__ import annotations
@@ -18,12 +23,16 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from asr.parakeet.decoder import DecodedSeq, DecoderCarry
 from asr.parakeet.engine import ParakeetEngine, pad_batch
 from asr.parakeet.streaming import StreamConfig, StreamResult, StreamSession, WindowRequest
+
+if TYPE_CHECKING:
+    from asr.parakeet.gpu.carry_bank import CarryBank
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +46,13 @@ class _Job:
     futures: list[asyncio.Future[StreamResult]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class BankedCarry:
+    """A session's carry when it lives in the batcher's device carry bank (row ``slot``)."""
+
+    slot: int
+
+
 @dataclass
 class TickStats:
     """Counters a benchmark or the metrics layer can read."""
@@ -48,7 +64,8 @@ class TickStats:
 
 
 class StreamBatcher:
-    def __init__(self, engine: ParakeetEngine, config: StreamConfig | None = None, max_batch: int = 32) -> None:
+    def __init__(self, engine: ParakeetEngine, config: StreamConfig | None = None, max_batch: int = 32,
+                 carry_bank: bool | None = None) -> None:
         self.engine = engine
         base = config or StreamConfig()
         self.config = StreamConfig(
@@ -57,6 +74,11 @@ class StreamBatcher:
             final_pass=base.final_pass,
         )
         self.max_batch = max_batch
+        # Device-resident carries: on by default on CUDA (None), forced on/off by True/False.
+        self.use_carry_bank = engine.device.type == "cuda" if carry_bank is None else bool(carry_bank)
+        self._bank: CarryBank | None = None
+        self._slots: dict[int, int] = {}  # session id -> bank row (event loop thread, or process() callers)
+        self._free_slots: list[int] = []
         self.stats = TickStats()
         self._jobs: dict[int, _Job] = {}
         self._listeners: dict[int, PartialCallback | None] = {}
@@ -72,6 +94,9 @@ class StreamBatcher:
 
     def close(self, session: StreamSession) -> None:
         self._listeners.pop(session.id, None)
+        slot = self._slots.pop(session.id, None)
+        if slot is not None:  # an in-flight tick may still store into it; the next owner starts with a reset
+            self._free_slots.append(slot)
         job = self._jobs.pop(session.id, None)
         for fut in job.futures if job else ():
             if not fut.done():
@@ -143,8 +168,9 @@ class StreamBatcher:
         work = [(job, req) for job, req in zip(jobs, requests, strict=True) if req is not None]
         loop = asyncio.get_running_loop()
         start = loop.time()
+        slots = [self._slot(req.session) for _, req in work] if self.use_carry_bank else None
         try:
-            decoded = await asyncio.to_thread(self.process, [req for _, req in work]) if work else []
+            decoded = await asyncio.to_thread(self.process, [req for _, req in work], slots) if work else []
         except Exception as exc:  # fail this tick's waiters, keep serving others
             log.exception("parakeet tick failed")
             for job in jobs:
@@ -152,6 +178,10 @@ class StreamBatcher:
                     if not fut.done():
                         fut.set_exception(exc)
             return
+        finally:
+            for _, req in work:  # sessions closed during the tick give their bank row back
+                if req.session.id not in self._listeners and req.session.id in self._slots:
+                    self._free_slots.append(self._slots.pop(req.session.id))
         self.stats.ticks += 1
         self.stats.windows += len(work)
         self.stats.busy_s += loop.time() - start
@@ -178,9 +208,34 @@ class StreamBatcher:
                             list(session.tokens), list(session.frames), list(session.durations),
                             session.total_samples / self.config.sample_rate)
 
+    # ------------------------------------------------------------------ device carry bank
+    def _slot(self, session: StreamSession) -> int:
+        """The bank row of ``session`` (allocated on first use, freed by :meth:`close`)."""
+        slot = self._slots.get(session.id)
+        if slot is None:
+            slot = self._free_slots.pop() if self._free_slots else len(self._slots)
+            self._slots[session.id] = slot
+        return slot
+
+    def _bank_for(self, slots: list[int]) -> CarryBank:
+        """The carry bank, created or grown (doubling) to hold every row in ``slots``."""
+        need = max(slots, default=-1) + 1
+        if self._bank is None:
+            from asr.parakeet.gpu.carry_bank import CarryBank
+
+            self._bank = CarryBank(self.engine.decoder, max(need, self.max_batch))
+        elif need > self._bank.streams:
+            self._bank.grow(max(need, 2 * self._bank.streams))
+        return self._bank
+
     # ------------------------------------------------------------------ the heavy part (worker thread)
-    def process(self, requests: list[WindowRequest]) -> list[tuple[DecodedSeq, DecoderCarry, int]]:
-        """One encoder call and one decoder call for all windows; returns (tokens, carry, end frame)."""
+    def process(self, requests: list[WindowRequest], slots: list[int] | None = None
+                ) -> list[tuple[DecodedSeq, DecoderCarry | BankedCarry, int]]:
+        """One encoder call and one decoder call for all windows; returns (tokens, carry, end frame).
+
+        With the carry bank, ``slots`` are the sessions' bank rows (allocated here when not given) and
+        the returned carries are :class:`BankedCarry` markers.
+        """
         audio, lengths = pad_batch([r.audio for r in requests])
         if audio.shape[1] == 0:
             audio = torch.zeros(len(requests), 1)
@@ -192,7 +247,22 @@ class StreamBatcher:
             end = n if r.end_frame is None else min(n, r.end_frame - r.window_start_frame)
             starts.append(min(r.start_frame - r.window_start_frame, end))
             ends.append(end)
-        seqs, carries = self.engine.decode(encoded, carry=[r.carry for r in requests], start_frames=starts,
-                                           end_frames=ends)
+        if self.use_carry_bank:
+            if slots is None:
+                slots = [self._slot(r.session) for r in requests]
+            bank = self._bank_for(slots)
+            device = bank.last_label.device
+            # New utterances and fresh final passes (carry None) start from the decoder's start state;
+            # so does a carry that is not this row's marker (a session closed mid-tick and re-queued).
+            fresh = [slot for r, slot in zip(requests, slots, strict=True) if r.carry != BankedCarry(slot)]
+            if fresh:
+                bank.reset(torch.tensor(fresh, dtype=torch.long).to(device))
+            rows = torch.tensor(slots, dtype=torch.long).to(device)
+            seqs = self.engine.decode_banked(encoded, bank, rows, start_frames=starts, end_frames=ends)
+            carries: list[DecoderCarry | BankedCarry] = [BankedCarry(slot) for slot in slots]
+        else:
+            seqs, plain = self.engine.decode(encoded, carry=[r.carry for r in requests], start_frames=starts,
+                                             end_frames=ends)
+            carries = list(plain)
         return [(seq, carry, r.window_start_frame + end)
                 for r, seq, carry, end in zip(requests, seqs, carries, ends, strict=True)]

@@ -5,6 +5,11 @@
 
 The pieces (features, encoder backend, label-looping decoder) are public for the streaming
 batcher and the offline pipeline, which call ``encode`` and ``decode`` directly.
+
+Decoder loop: on CUDA every decode runs through ``asr.parakeet.gpu.graph_decoder.GraphDecoder``
+in ``decoder_graph_mode`` (``auto`` | ``conditional`` | ``graphs`` | ``eager``; ``auto`` picks the
+best the driver supports and falls back if building fails); on the CPU it is the plain loop
+(``LabelLoopingDecoder.run``) whatever the mode. The mode is validated on every device.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,6 +28,30 @@ from asr.parakeet.encoders import EncoderBackend, EncoderOutput, create_encoder
 from asr.parakeet.features import LogMelFeatures
 from asr.parakeet.loading import ParakeetCheckpoint, load_parakeet, parse_dtype
 from asr.parakeet.tokenizer import Word, group_words
+
+if TYPE_CHECKING:
+    from asr.parakeet.gpu.carry_bank import CarryBank
+    from asr.parakeet.gpu.graph_decoder import GraphDecoder
+
+DECODER_GRAPH_MODES = ("auto", "conditional", "graphs", "eager")
+
+
+def check_decoder_graph_mode(mode: object) -> str:
+    """``mode`` normalized (stripped, lower case), or a ValueError naming the valid modes."""
+    text = mode.strip().lower() if isinstance(mode, str) else getattr(mode, "value", mode)
+    if text not in DECODER_GRAPH_MODES:
+        raise ValueError(f"unknown decoder_graph_mode {mode!r}: expected one of {', '.join(DECODER_GRAPH_MODES)}")
+    return str(text)
+
+
+def make_graph_decoder(decoder: LabelLoopingDecoder, mode: str = "auto") -> GraphDecoder | None:
+    """The GPU loop driver for ``decoder`` on CUDA; None (the plain loop) on any other device."""
+    mode = check_decoder_graph_mode(mode)
+    if decoder.device.type != "cuda":
+        return None
+    from asr.parakeet.gpu.graph_decoder import GraphDecoder
+
+    return GraphDecoder(decoder, mode)
 
 
 @dataclass
@@ -55,8 +84,10 @@ class ParakeetEngine:
         dtype: str | torch.dtype = torch.float32,
         encoder_backend: str = "eager",
         decoder_dtype: str | torch.dtype = torch.float32,
+        decoder_graph_mode: str = "auto",
         **encoder_options: Any,
     ) -> None:
+        self.decoder_graph_mode = check_decoder_graph_mode(decoder_graph_mode)
         self.checkpoint = checkpoint
         self.device = torch.device(device)
         self.dtype = parse_dtype(dtype)
@@ -66,6 +97,8 @@ class ParakeetEngine:
         self.samples_per_frame = round(self.frame_seconds * self.sample_rate)
         model = checkpoint.model
         self.decoder = LabelLoopingDecoder.from_model(model, device=self.device, dtype=parse_dtype(decoder_dtype))
+        # CUDA: the loop as one graph (WHILE nodes) or a fallback mode; CPU: None, the plain loop.
+        self.graph_decoder: GraphDecoder | None = make_graph_decoder(self.decoder, self.decoder_graph_mode)
         self.features = LogMelFeatures(checkpoint.features).to(self.device)
         self.encoder: EncoderBackend = create_encoder(
             encoder_backend, model, device=self.device, dtype=self.dtype, **encoder_options)
@@ -79,11 +112,18 @@ class ParakeetEngine:
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype = "float32",
         encoder_backend: str = "eager",
+        decoder_graph_mode: str = "auto",
         **encoder_options: Any,
     ) -> ParakeetEngine:
-        """Load a checkpoint folder, ``.nemo`` file or Hub id and build the engine on ``device``."""
+        """Load a checkpoint folder, ``.nemo`` file or Hub id and build the engine on ``device``.
+
+        ``decoder_graph_mode`` (``auto`` | ``conditional`` | ``graphs`` | ``eager``) drives the decoder
+        loop on CUDA; the CPU always runs the plain loop. An unknown mode is a ValueError.
+        """
+        decoder_graph_mode = check_decoder_graph_mode(decoder_graph_mode)  # fail before loading weights
         checkpoint = load_parakeet(source, device="cpu", dtype=torch.float32)
-        return cls(checkpoint, device=device, dtype=dtype, encoder_backend=encoder_backend, **encoder_options)
+        return cls(checkpoint, device=device, dtype=dtype, encoder_backend=encoder_backend,
+                   decoder_graph_mode=decoder_graph_mode, **encoder_options)
 
     # ------------------------------------------------------------------ stages
     def encode(self, audio: torch.Tensor, lengths: torch.Tensor) -> EncoderOutput:
@@ -101,14 +141,48 @@ class ParakeetEngine:
     ) -> tuple[list[DecodedSeq], list[DecoderCarry]]:
         """Greedy TDT over frames ``start..end`` of each row (defaults: all valid frames), reusing one state."""
         with self._lock:
-            b, t = encoded.enc_proj.shape[0], encoded.enc_proj.shape[1]
-            state = self._state
-            if state is None or state.batch_size < b or state.max_frames < t:
-                grow_b = max(b, state.batch_size if state else 0)
-                grow_t = max(t, state.max_frames if state else 0)
-                state = self._state = self.decoder.alloc(grow_b, grow_t)
             lengths = encoded.lengths if end_frames is None else end_frames
+            if self.graph_decoder is not None:
+                return self.graph_decoder.decode(encoded.enc_proj, lengths, carry=carry, start_frames=start_frames)
+            state = self._plain_state(encoded.enc_proj.shape[0], encoded.enc_proj.shape[1])
             return self.decoder.decode(encoded.enc_proj, lengths, carry=carry, start_frames=start_frames, state=state)
+
+    def decode_banked(
+        self,
+        encoded: EncoderOutput,
+        bank: CarryBank,
+        rows: torch.Tensor,
+        start_frames: Sequence[int] | torch.Tensor | None = None,
+        end_frames: Sequence[int] | torch.Tensor | None = None,
+    ) -> list[DecodedSeq]:
+        """Like :meth:`decode`, with row ``i`` continuing from (and saving to) ``bank`` row ``rows[i]``.
+
+        The carries move with a few index ops whatever the batch size (no per-stream copies).
+        """
+        with self._lock:
+            b = encoded.enc_proj.shape[0]
+            lengths = encoded.lengths if end_frames is None else end_frames
+            if self.graph_decoder is not None:
+                state = self.graph_decoder.load(encoded.enc_proj, lengths, start_frames=start_frames)
+                bank.load(state, rows)
+                self.graph_decoder.loop()
+            else:
+                state = self._plain_state(b, encoded.enc_proj.shape[1])
+                self.decoder.prepare(state, encoded.enc_proj, lengths, start_frames=start_frames)
+                bank.load(state, rows)
+                self.decoder.run(state)
+            seqs = self.decoder.collect(state, b)  # the host sync; save the carries only once it succeeded
+            bank.store(state, rows)
+            return seqs
+
+    def _plain_state(self, b: int, t: int) -> DecoderState:
+        """The CPU path's reusable state, grown to hold ``b`` x ``t``."""
+        state = self._state
+        if state is None or state.batch_size < b or state.max_frames < t:
+            grow_b = max(b, state.batch_size if state else 0)
+            grow_t = max(t, state.max_frames if state else 0)
+            state = self._state = self.decoder.alloc(grow_b, grow_t)
+        return state
 
     def result(self, seq: DecodedSeq, offset_s: float = 0.0, frame_offset: int = 0) -> TranscriptResult:
         """Text, token times and words for a decoded sequence (frames counted from ``frame_offset``)."""

@@ -216,21 +216,24 @@ def resolve_parakeet_model(asr_config: Any) -> str:
 
 
 def shared_parakeet_batcher(asr_config: Any, max_batch: int = 32) -> StreamBatcher:
-    """One engine and one batcher per (model, device, dtype, backend, streaming shape) in the process."""
-    from asr.parakeet.engine import ParakeetEngine
+    """One engine and one batcher per (model, device, dtype, backend, streaming shape, decoder graph
+    mode, profiles) in the process."""
+    from asr.parakeet.engine import ParakeetEngine, check_decoder_graph_mode
 
     model = resolve_parakeet_model(asr_config)
     stream = StreamConfig(chunk_ms=int(asr_config.chunk_ms), left_context_s=float(asr_config.left_context_s),
                           right_context_ms=int(asr_config.right_context_ms))
+    graph_mode = check_decoder_graph_mode(getattr(asr_config, "decoder_graph_mode", "auto") or "auto")
     key = (model, asr_config.device, asr_config.dtype, asr_config.encoder_backend, stream, max_batch,
-           getattr(asr_config, "profiles", ""))
+           getattr(asr_config, "profiles", ""), graph_mode)
     with _SHARED_LOCK:
         if key not in _SHARED:
             options = {}
             if getattr(asr_config, "profiles", ""):  # shape profiles for the compiled / tensorrt backends
                 options["profiles"] = asr_config.profiles
             engine = ParakeetEngine.from_pretrained(model, device=asr_config.device, dtype=asr_config.dtype,
-                                                    encoder_backend=asr_config.encoder_backend, **options)
+                                                    encoder_backend=asr_config.encoder_backend,
+                                                    decoder_graph_mode=graph_mode, **options)
             engine.warmup()
             _SHARED[key] = StreamBatcher(engine, stream, max_batch=max_batch)
         return _SHARED[key]

@@ -29,6 +29,29 @@ class CarryBank:
         self.time_jump = torch.empty(streams, dtype=torch.long, device=device)
         self.reset()
 
+    @property
+    def streams(self) -> int:
+        """How many streams' carries the bank holds."""
+        return self.last_label.shape[0]
+
+    def grow(self, streams: int) -> None:
+        """Hold at least ``streams`` streams: existing rows keep their carries, new rows start fresh.
+
+        (Not under inference mode, like ``__init__``: the bank's tensors stay writable by ``reset``.)
+        """
+        old = self.streams
+        if streams <= old:
+            return
+        h = self.h.new_empty(self.h.shape[0], streams, self.h.shape[2])
+        c = torch.empty_like(h)
+        pred_out = self.pred_out.new_empty(streams, self.pred_out.shape[1])
+        last_label = self.last_label.new_empty(streams)
+        time_jump = self.time_jump.new_empty(streams)
+        h[:, :old], c[:, :old], pred_out[:old] = self.h, self.c, self.pred_out
+        last_label[:old], time_jump[:old] = self.last_label, self.time_jump
+        self.h, self.c, self.pred_out, self.last_label, self.time_jump = h, c, pred_out, last_label, time_jump
+        self.reset(torch.arange(old, streams, device=h.device))
+
     def reset(self, rows: torch.Tensor | None = None) -> None:
         """Start streams (all, or ``rows``) from the decoder's start state."""
         index = slice(None) if rows is None else rows
