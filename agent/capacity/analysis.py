@@ -1,7 +1,7 @@
 """From chunk arrivals to a verdict: per-turn delivery, per-stream ratio, the knee.
 
-A stream's delivery ratio is the worst ratio of its replies (see
-``agent.metrics.delivery``); a turn left unanswered counts as 0. The level's figure is the
+A stream's delivery ratio is its delivered audio seconds per wall second over its replies
+(see ``agent.metrics.delivery``); a turn left unanswered counts as 0. The level's figure is the
 ratio that 99 % of streams meet or beat (the 1st percentile across streams, numpy's linear
 interpolation: with few streams it is close to the worst one).
 """
@@ -26,6 +26,8 @@ class TurnDelivery:
     ratio: float | None
     lateness_ms: tuple[float, ...]  # every chunk after the first
     audio_s: float
+    ahead_s: float = 0.0  # audio that arrived before the reply's last burst
+    span_s: float = 0.0  # first burst -> last burst
 
 
 def turn_deliveries(record: CallRecord) -> list[TurnDelivery]:
@@ -48,16 +50,20 @@ def turn_deliveries(record: CallRecord) -> list[TurnDelivery]:
             ratio=reply.ratio if reply is not None else None,
             lateness_ms=tuple(lateness[1:]),
             audio_s=reply.audio_s if reply is not None else 0.0,
+            ahead_s=reply.ahead_s if reply is not None else 0.0,
+            span_s=reply.span_s if reply is not None else 0.0,
         ))
     return out
 
 
 def stream_ratio(turns: list[TurnDelivery]) -> float | None:
-    """The stream's worst reply (0 for an unanswered turn); None with no judged reply."""
+    """The stream's delivered audio per wall second over its paced replies (0 if a turn went
+    unanswered); None with no reply that had anything to pace."""
     if any(not t.answered for t in turns):
         return 0.0
-    ratios = [t.ratio for t in turns if t.ratio is not None]
-    return min(ratios) if ratios else None
+    paced = [t for t in turns if t.ratio is not None]
+    span = sum(t.span_s for t in paced)
+    return sum(t.ahead_s for t in paced) / span if span > 0 else None
 
 
 def low_tail(values: list[float], pct: float = 1.0) -> float | None:
@@ -79,10 +85,12 @@ class LevelResult:
     first_audio_p50_ms: float | None = None
     first_audio_p99_ms: float | None = None
     lateness_p99_ms: float | None = None
+    lateness_max_ms: float | None = None
     stage_tails: dict[str, float | None] = field(default_factory=dict)  # server-side window tails
     breaches: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     passed: bool = False
+    turn_details: list[dict] = field(default_factory=list)  # every judged turn, for the record
 
 
 def judge_level(concurrency: int, records: list[CallRecord], steady_from: float, until: float,
@@ -101,6 +109,11 @@ def judge_level(concurrency: int, records: list[CallRecord], steady_from: float,
         firsts += [t.first_audio_ms for t in turns if t.first_audio_ms is not None]
         for t in turns:
             late.extend(t.lateness_ms)
+            result.turn_details.append({
+                "caller": t.caller, "at_s": round(t.eos - steady_from, 2), "answered": t.answered,
+                "first_audio_ms": t.first_audio_ms, "ratio": t.ratio, "audio_s": round(t.audio_s, 2),
+                "max_lateness_ms": max(t.lateness_ms, default=0.0),
+            })
         ratio = stream_ratio(turns)
         if ratio is not None:
             ratios.append(ratio)
@@ -110,6 +123,7 @@ def judge_level(concurrency: int, records: list[CallRecord], steady_from: float,
     result.first_audio_p50_ms = low_tail(firsts, 50.0)
     result.first_audio_p99_ms = high_tail(firsts, 99.0)
     result.lateness_p99_ms = high_tail(late, 99.0)
+    result.lateness_max_ms = max(late) if late else None
     if result.streams < concurrency:
         result.reasons.append(f"only {result.streams} of {concurrency} streams had a judged reply in the "
                               "steady state (hold longer)")

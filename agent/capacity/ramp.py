@@ -72,7 +72,8 @@ def describe(level: LevelResult) -> str:
     verdict = "PASS" if level.passed else "FAIL: " + "; ".join(level.reasons)
     return (f"{level.concurrency:3d} callers: p99 delivery {f(level.p99_ratio, 'x')} (p50 {f(level.p50_ratio, 'x')}), "
             f"first audio p50 {f(level.first_audio_p50_ms, ' ms')} p99 {f(level.first_audio_p99_ms, ' ms')}, "
-            f"chunk lateness p99 {f(level.lateness_p99_ms, ' ms')}, {level.turns} turns -> {verdict}")
+            f"chunk lateness p99 {f(level.lateness_p99_ms, ' ms')} max {f(level.lateness_max_ms, ' ms')}, "
+            f"{level.turns} turns -> {verdict}")
 
 
 async def find_capacity(server, metrics: ServerMetrics, corpus: list[Utterance],

@@ -70,7 +70,12 @@ async def test_slowed_tts_breaches_its_budget_and_closes_the_gate(embedded, corp
     assert turns and turns[0].answered
     base_metrics.budgets.evaluate()
     assert base_metrics.budgets.states["tts_first_audio"].breach_samples == 0
-    assert base_metrics.stages.histograms["tts_first_audio"].count() >= 1
+    h = base_metrics.stages.histograms
+    for stage in ("asr_final", "llm_first_token", "tts_first_audio", "first_audio"):
+        assert h[stage].count() >= 1 and h[stage].min() > 0.0, stage
+    # End of speech -> first audio covers ASR, the LLM's first token and TTS's first audio.
+    assert h["first_audio"].max() >= h["asr_final"].min() + h["llm_first_token"].min() + h["tts_first_audio"].min() - 50
+    assert h["output_chunk_lateness"].count() > 10
 
     slow_engines = dataclasses.replace(embedded.engines, tts_engine=SlowTTS(embedded.engines.tts_engine, DELAY_S))
     slow, metrics = make_server(embedded, engines=slow_engines, budgets=BUDGETS)

@@ -35,7 +35,8 @@ def test_chunks_are_split_by_turn_and_judged() -> None:
     assert t1.first_audio_ms == pytest.approx(800.0) and t1.ratio == pytest.approx(2.0)
     assert t1.lateness_ms == (0.0,)
     assert t2.ratio == pytest.approx(0.5) and t2.lateness_ms == (pytest.approx(500.0),)
-    assert stream_ratio([t1, t2]) == pytest.approx(0.5)
+    # The stream: (2.0 + 0.5) s delivered ahead over (1.0 + 1.0) s of delivery.
+    assert stream_ratio([t1, t2]) == pytest.approx(1.25)
 
 
 def test_unanswered_turn_makes_the_stream_zero() -> None:
