@@ -43,6 +43,9 @@ class VADConfig:
     turn: str = "smart"
     # Silence after which the turn ends even if smart-turn judged the sentence unfinished.
     turn_fallback_secs: float = 0.8
+    # Interrupt the bot on the caller's raw voice onset (60 ms over the noise floor) instead of
+    # waiting for the turn VAD: ~100 ms barge-in instead of ~300 ms.
+    fast_barge_in: bool = True
 
 
 @dataclass

@@ -30,6 +30,7 @@ from pipecat.turns.user_start import VADUserTurnStartStrategy
 from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy, TurnAnalyzerUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
+from agent.barge_in import FastBargeIn
 from agent.config import Config
 from agent.llm_stage import CadenceLLMService
 from tts.engines import TTSEngine, create_engine
@@ -150,6 +151,7 @@ def build_worker(
         [
             transport.input(),
             *pre_stages,
+            *([FastBargeIn()] if config.vad.fast_barge_in else []),
             VADProcessor(vad_analyzer=make_vad(config)),
             stt,
             aggregators.user(),

@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 from aiohttp import web
 from loguru import logger
+from pipecat.frames.frames import Frame, InterruptionFrame
+from pipecat.processors.frame_processor import FrameDirection
 from pipecat.transports.base_transport import TransportParams
 from pipecat.transports.smallwebrtc.connection import SmallWebRTCConnection
 from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
@@ -97,6 +99,7 @@ class WebRTCSignalling:
             return web.json_response({"error": f"malformed offer: {exc}"}, status=400)
         self.connections[conn.pc_id] = conn
         transport = SmallWebRTCTransport(webrtc_connection=conn, params=self._params)
+        flush_playout_on_interruption(transport)
         task = asyncio.create_task(self._run(conn, transport), name=f"session-{conn.pc_id}")
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -138,6 +141,38 @@ class WebRTCSignalling:
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+def _drop_queued_playout(output: Any) -> None:
+    """Drop audio already handed to the WebRTC track (up to a chunk) and release its writer."""
+    track = getattr(getattr(output, "_client", None), "_audio_output_track", None)
+    queue = getattr(track, "_chunk_queue", None)
+    if not queue:
+        return
+    while queue:
+        _chunk, future = queue.popleft()
+        if future is not None and not future.done():
+            future.set_result(True)
+
+
+def flush_playout_on_interruption(transport: SmallWebRTCTransport) -> None:
+    """On an interruption, also drop what pipecat already queued in the outgoing track.
+
+    Stock pipecat clears its own output queue but lets the chunk in the track play out: 40-80 ms
+    more of the bot talking over the caller.
+    """
+    output = transport.output()
+    original = output.process_frame
+
+    async def process_frame(frame: Frame, direction: FrameDirection) -> None:
+        if isinstance(frame, InterruptionFrame):
+            _drop_queued_playout(output)
+            await original(frame, direction)
+            _drop_queued_playout(output)
+            return
+        await original(frame, direction)
+
+    output.process_frame = process_frame  # type: ignore[method-assign]
 
 
 async def _quiet_disconnect(conn: SmallWebRTCConnection) -> None:

@@ -82,9 +82,8 @@ def slaney_mel_filterbank(config: FeatureConfig) -> np.ndarray:
         sampling_rate=config.sample_rate,
         norm="slaney",
         mel_scale="slaney",
-        dtype=np.float32,
-    )
-    return np.ascontiguousarray(fb.T)
+    )  # no dtype= here: transformers 5.17 (the GPU image) does not take it
+    return np.ascontiguousarray(fb.T, dtype=np.float32)
 
 
 class LogMelFeatures(nn.Module):
