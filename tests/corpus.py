@@ -62,7 +62,8 @@ def prompts(min_words: int = 1, max_words: int = 100) -> list[Prompt]:
             name, sep, text = line.partition(":")
             text = text.strip()
             path = SOUNDS / f"{name.strip()}.wav"
-            if not sep or line.startswith(";") or not path.is_file() or text.startswith("["):
+            # Skip tones ("[beep]") and stage directions ("(9 seconds of silence)"): no words to hear.
+            if not sep or line.startswith(";") or not path.is_file() or text.startswith("[") or "(" in text:
                 continue
             if min_words <= len(normalize(text).split()) <= max_words:
                 out.append(Prompt(name.strip(), text, path))
