@@ -77,7 +77,7 @@ async def _capacity(config: Any, opts: Any, out_dir: Path) -> tuple[int, list]:
     config.budgets.min_samples = 1
     server = CadenceServer(config)
     bundle = metrics_http.install(server)
-    corpus = load_corpus(out_dir / "utterances", config.audio.in_sample_rate)
+    corpus = load_corpus(Path.home() / ".cache" / "cadence" / "utterances", config.audio.in_sample_rate)
     try:
         await server.start_engines()
         bundle.runtime.start()
@@ -108,7 +108,7 @@ def register(sub: Any) -> None:
     p.add_argument("--warmup", type=float, default=10.0, help="seconds to reach steady state (default 10)")
     p.add_argument("--max-wait", type=float, default=15.0, help="a reply later than this is unanswered")
     p.add_argument("--no-refine", action="store_true", help="do not bisect between the knee and the failure")
-    p.add_argument("--out-dir", type=Path, default=Path("capacity-results"), help="JSON, PNG and utterances")
+    p.add_argument("--out-dir", type=Path, default=Path("capacity-results"), help="where the JSON and PNG go")
     p.add_argument("--write-config", type=Path,
                    help="TOML file to write the cap into (default: --config, else ./cadence-capacity.toml)")
     p.set_defaults(func=friendly(cmd_capacity))

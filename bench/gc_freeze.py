@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     gc.unfreeze()
 
     result = {
+        "command": "python bench/gc_freeze.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "python": sys.version.split()[0],
         "machine": platform.machine(),
         "args": vars(args),

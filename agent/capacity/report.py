@@ -35,6 +35,13 @@ def write_json(path: Path, cap: int, levels: list[LevelResult], meta: dict) -> N
     path.write_text(json.dumps(body, indent=2))
 
 
+def _short(reason: str) -> str:
+    """'asr_final p99 1154 ms > budget 600 ms' -> 'asr_final'; 'p99 delivery 0.9x < 1.2x' -> 'delivery'."""
+    if reason.startswith("p99 delivery"):
+        return "delivery"
+    return reason.split()[0] if " p99 " in reason or " p1 " in reason else reason.split(" (")[0][:24]
+
+
 def plot(path: Path, cap: int, levels: list[LevelResult], min_ratio: float, title: str = "") -> None:
     """Delivery ratio (p99 across streams, and p50) against concurrency, knee marked."""
     import matplotlib
@@ -50,8 +57,9 @@ def plot(path: Path, cap: int, levels: list[LevelResult], min_ratio: float, titl
     ax.plot(xs, p99, "o-", color="tab:blue", label="delivery p99 across streams (x real time)")
     ax.plot(xs, p50, "o--", color="tab:blue", alpha=0.45, label="delivery p50")
     for r, y in zip(levels, p99, strict=True):
-        ax.annotate("pass" if r.passed else "fail", (r.concurrency, y), textcoords="offset points",
-                    xytext=(0, 8), ha="center", fontsize=8, color="tab:green" if r.passed else "tab:red")
+        why = "pass" if r.passed else "fail: " + ", ".join(_short(x) for x in r.reasons[:2])
+        ax.annotate(why, (r.concurrency, y), textcoords="offset points", xytext=(0, 8), ha="center",
+                    fontsize=7, color="tab:green" if r.passed else "tab:red")
     ax.axhline(min_ratio, color="tab:red", linestyle=":", label=f"required {min_ratio:.1f}x")
     if cap > 0:
         ax.axvline(cap, color="tab:green", linestyle="--", label=f"knee: cap = {cap} callers")
@@ -59,7 +67,8 @@ def plot(path: Path, cap: int, levels: list[LevelResult], min_ratio: float, titl
     ax.set_xticks(xs, [str(x) for x in xs])
     ax.set_xlabel("concurrent callers")
     ax.set_ylabel("delivered audio s per wall s")
-    ax.set_yscale("log")
+    finite = [v for v in p99 + p50 if v == v]
+    ax.set_ylim(0, max(finite + [min_ratio]) * 1.25)
     ax2 = ax.twinx()
     fa = [r.first_audio_p99_ms if r.first_audio_p99_ms is not None else float("nan") for r in levels]
     ax2.plot(xs, fa, "s-", color="tab:orange", alpha=0.7, label="first audio p99 (ms)")
