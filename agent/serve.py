@@ -60,7 +60,8 @@ class CadenceServer:
     def observers_for(self, session_id: str) -> list[Any]:
         return [factory(session_id) for factory in self.observer_factories]
 
-    async def run_caller(self, transport: Any, session_id: str, pre_stages: tuple = ()) -> None:
+    async def run_caller(self, transport: Any, session_id: str, pre_stages: tuple = (),
+                         observers: tuple = (), audio_out_sample_rate: int | None = None) -> None:
         assert self.engines is not None
         turns = TurnObserver()
         self.sessions[session_id] = turns
@@ -70,7 +71,8 @@ class CadenceServer:
                 break
             self.sessions.pop(oldest)
         await run_session(self.engines, transport, session_id,
-                          observers=[turns, *self.observers_for(session_id)], pre_stages=pre_stages)
+                          observers=[turns, *self.observers_for(session_id), *observers], pre_stages=pre_stages,
+                          audio_out_sample_rate=audio_out_sample_rate)
 
     async def session_info(self, request: web.Request) -> web.Response:
         """Recent turns of one session: transcripts, replies and stage latencies."""

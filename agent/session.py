@@ -20,9 +20,11 @@ async def run_session(
     *,
     observers: Sequence[BaseObserver] = (),
     pre_stages: Sequence[Any] = (),
+    audio_out_sample_rate: int | None = None,
 ) -> None:
     """Build a pipeline for this caller and run it; cancel it when the client disconnects."""
-    worker = build_worker(engines, transport, observers=observers, pre_stages=pre_stages)
+    worker = build_worker(engines, transport, observers=observers, pre_stages=pre_stages,
+                          audio_out_sample_rate=audio_out_sample_rate)
 
     @transport.event_handler("on_client_disconnected")
     async def _on_disconnected(_transport: Any, _client: Any = None) -> None:

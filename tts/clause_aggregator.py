@@ -13,7 +13,9 @@ from collections.abc import AsyncIterator
 from pipecat.utils.text.base_text_aggregator import Aggregation, TextType
 from pipecat.utils.text.simple_text_aggregator import SimpleTextAggregator
 
-CLAUSE_MARKS = frozenset(",;:\u2014")
+CLAUSE_MARKS = frozenset(",;:\n\u2014")
+# A first chunk with no punctuation at all is released at a word boundary after this many words.
+MAX_FIRST_WORDS = 12
 
 
 class ClauseTextAggregator(SimpleTextAggregator):
@@ -28,9 +30,10 @@ class ClauseTextAggregator(SimpleTextAggregator):
         for char in text:
             self._text += char
             result = await self._check_sentence_with_lookahead(char)
-            if (result is None and not self._first_sent and char in CLAUSE_MARKS
-                    and len(self._text.split()) >= self._min_words):
-                result = Aggregation(text=self._text.strip(" "), type=TextType.SENTENCE)
+            words = len(self._text.split()) if result is None and not self._first_sent else 0
+            if words and ((char in CLAUSE_MARKS and words >= self._min_words)
+                          or (char == " " and words >= MAX_FIRST_WORDS)):
+                result = Aggregation(text=self._text.strip(), type=TextType.SENTENCE)
                 self._text = ""
             if result is not None:
                 self._first_sent = True

@@ -49,7 +49,6 @@ def options_from_config(config: Any, environ: Mapping[str, str] | None = None) -
 
 
 def make_endpoint(server: CadenceServer, options: PhoneOptions) -> PhoneEndpoint:
-    from agent.session import run_session
     from agent.turn_observer import TurnObserver
 
     config = server.config
@@ -57,8 +56,7 @@ def make_endpoint(server: CadenceServer, options: PhoneOptions) -> PhoneEndpoint
     async def run_call(transport: PhoneTransport, session_id: str, observers: Sequence[Any]) -> None:
         if server.engines is None:
             raise RuntimeError("the engines are not loaded")
-        await run_session(server.engines, transport, session_id,
-                          observers=[*server.observers_for(session_id), *observers])
+        await server.run_caller(transport, session_id, observers=tuple(observers), audio_out_sample_rate=8000)
 
     def barge_in() -> BargeInDetector | None:
         if options.barge_in_start_ms <= 0:

@@ -32,6 +32,9 @@ def phone_params(in_sample_rate: int) -> TransportParams:
 
 
 class PhoneTransport(BaseTransport):
+    # Clear-and-hold barge-in lives in this transport; the pipeline adds no FastBargeIn stage.
+    has_own_barge_in = True
+
     def __init__(self, ws: web.WebSocketResponse, start: StreamStart, *, in_sample_rate: int = 16000,
                  options: PhoneOptions | None = None, barge_in: BargeInDetector | None = None,
                  socket: PhoneSocket | None = None):

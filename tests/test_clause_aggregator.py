@@ -1,0 +1,43 @@
+"""Clause-first text aggregation for TTS."""
+
+from __future__ import annotations
+
+from tts.clause_aggregator import ClauseTextAggregator
+
+
+async def chunks(agg: ClauseTextAggregator, tokens: list[str]) -> list[str]:
+    out = []
+    for t in tokens:
+        out += [a.text async for a in agg.aggregate(t)]
+    last = await agg.flush()
+    return out + ([last.text] if last and last.text else [])
+
+
+async def test_first_clause_is_released_then_whole_sentences():
+    agg = ClauseTextAggregator(min_words=4)
+    tokens = ["Sure", ",", " I", " can", " help", " you", " with", " that", ",", " right",
+              " away", ". ", "What", " is", " your", " number", ", please", "? ", "Thanks", "."]
+    got = await chunks(agg, tokens)
+    assert got[0] == "Sure, I can help you with that,"  # "Sure," alone is too short to speak
+    assert got[1] == "right away."
+    assert got[2] == "What is your number, please?"  # later commas do not split
+    assert got[3] == "Thanks."
+
+
+async def test_line_breaks_and_long_unpunctuated_starts_are_released():
+    agg = ClauseTextAggregator(min_words=4)
+    got = await chunks(agg, ["Your", " code", " is", " ready", "\n", "Bye", "."])
+    assert got[0] == "Your code is ready"
+    words = " ".join(f"w{i}" for i in range(20)) + "."
+    agg2 = ClauseTextAggregator(min_words=4)
+    got2 = await chunks(agg2, [words])
+    assert len(got2[0].split()) == 12 and got2[1].startswith("w12")
+
+
+async def test_each_reply_starts_fresh_after_flush_or_interruption():
+    agg = ClauseTextAggregator(min_words=2)
+    assert await chunks(agg, ["One two, three."]) == ["One two,", "three."]
+    assert await chunks(agg, ["Four five, six."]) == ["Four five,", "six."]
+    [a async for a in agg.aggregate("Seven eight")]
+    await agg.handle_interruption()
+    assert await chunks(agg, ["Nine ten, eleven."]) == ["Nine ten,", "eleven."]
