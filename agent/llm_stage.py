@@ -10,8 +10,9 @@ from __future__ import annotations
 import httpx
 from loguru import logger
 from openai import APIConnectionError, APIStatusError, APITimeoutError, AsyncOpenAI
-from pipecat.frames.frames import TTSSpeakFrame
+from pipecat.frames.frames import Frame, LLMTextFrame, TTSSpeakFrame
 from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.openai.llm import OpenAILLMService
 
 from agent.config import LLMConfig
@@ -22,10 +23,15 @@ UNREACHABLE = (APIConnectionError, APITimeoutError, httpx.TransportError, Timeou
 class CadenceLLMService(OpenAILLMService):
     """OpenAI-protocol LLM service with fast failure and a spoken apology."""
 
-    def __init__(self, config: LLMConfig, base_url: str, model: str, **kwargs):
+    def __init__(self, config: LLMConfig, base_url: str, model: str,
+                 http_client: httpx.AsyncClient | None = None, **kwargs):
         self._request_timeout_s = config.request_timeout_s
         self._apology = config.apology
+        self._empty_reply = config.empty_reply
+        self._http_client = http_client
+        self._produced_text = False
         self.unreachable_count = 0
+        self.empty_count = 0
         super().__init__(
             api_key=config.api_key,
             base_url=base_url,
@@ -48,11 +54,24 @@ class CadenceLLMService(OpenAILLMService):
             default_headers=default_headers,
             max_retries=0,
             timeout=httpx.Timeout(self._request_timeout_s, connect=2.0),
+            http_client=self._http_client,
         )
+
+    async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM):
+        if isinstance(frame, LLMTextFrame) and frame.text.strip():
+            self._produced_text = True
+        await super().push_frame(frame, direction)
 
     async def _process_context(self, context: LLMContext):
         try:
-            await super()._process_context(context)
+            for attempt in range(2):  # a completion with no text is retried once
+                self._produced_text = False
+                await super()._process_context(context)
+                if self._produced_text:
+                    return
+                logger.warning(f"{self}: the LLM returned no text (attempt {attempt + 1})")
+            self.empty_count += 1
+            await self.push_frame(TTSSpeakFrame(self._empty_reply))
         except UNREACHABLE as exc:
             await self._apologize(f"LLM server unreachable at {self._client.base_url}: {exc}")
         except APIStatusError as exc:

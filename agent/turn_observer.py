@@ -26,6 +26,7 @@ from pipecat.frames.frames import (
     VADUserStoppedSpeakingFrame,
 )
 from pipecat.observers.base_observer import BaseObserver, FramePushed
+from pipecat.transports.base_output import BaseOutputTransport
 
 
 @dataclass
@@ -112,13 +113,14 @@ class TurnObserver(BaseObserver):
 
     async def on_push_frame(self, data: FramePushed):
         frame = data.frame
+        # User-side frames may open a turn; bot-side frames only fill the open one (late frames
+        # of a finished reply must not open a turn that would swallow the caller's next one).
         if isinstance(frame, UserStartedSpeakingFrame):
             if self._current is not None and self._current.llm_start is not None:
                 self._current.interrupted = self._current.bot_stopped is None
                 self._finish()
             self._turn()
-            return
-        if isinstance(frame, VADUserStoppedSpeakingFrame):
+        elif isinstance(frame, VADUserStoppedSpeakingFrame):
             turn = self._turn()
             turn.vad_stop = self._abs(data)
             turn.vad_stop_secs = float(getattr(frame, "stop_secs", 0.0) or 0.0)
@@ -128,47 +130,46 @@ class TurnObserver(BaseObserver):
             turn = self._turn()
             turn.transcript = self._abs(data)
             turn.transcript_text = (turn.transcript_text + " " + frame.text).strip()
-        elif isinstance(frame, LLMFullResponseEndFrame):
-            if self._current is not None:
-                self._current.llm_done = True
-                self._maybe_finish()
-        elif isinstance(frame, TTSStoppedFrame):
-            if self._current is not None:
-                self._current.tts_active = False
-                self._maybe_finish()
-        elif isinstance(frame, LLMFullResponseStartFrame):
-            turn = self._turn()
-            if turn.llm_start is None:
-                turn.llm_start = self._abs(data)
-        elif isinstance(frame, LLMTextFrame):
-            turn = self._turn()
-            if turn.llm_first_token is None:
-                turn.llm_first_token = self._abs(data)
-            turn.reply_text += frame.text
-        elif isinstance(frame, TTSStartedFrame):
-            turn = self._turn()
-            turn.tts_active = True
-            turn.bot_stopped = None
-            if turn.tts_start is None:
-                turn.tts_start = self._abs(data)
-        elif isinstance(frame, TTSAudioRawFrame):
+        elif self._current is not None:
+            self._bot_side(self._current, data)
+
+    def _bot_side(self, turn: TurnTiming, data: FramePushed) -> None:
+        frame = data.frame
+        if isinstance(frame, TTSAudioRawFrame):
+            if isinstance(data.source, BaseOutputTransport):
+                return  # the output transport re-pushes what it wrote: count each chunk once
             now = self._abs(data)
-            turn = self._turn()
             if turn.tts_first_audio is None:
                 turn.tts_first_audio = now
             turn.tts_chunk_times.append(now)
             if self._on_tts_chunk is not None and self._last_tts_chunk is not None:
                 self._on_tts_chunk(now - self._last_tts_chunk)
             self._last_tts_chunk = now
+        elif isinstance(frame, LLMFullResponseStartFrame):
+            if turn.llm_start is None:
+                turn.llm_start = self._abs(data)
+        elif isinstance(frame, LLMTextFrame):
+            if turn.llm_first_token is None:
+                turn.llm_first_token = self._abs(data)
+            turn.reply_text += frame.text
+        elif isinstance(frame, LLMFullResponseEndFrame):
+            turn.llm_done = True
+            self._maybe_finish()
+        elif isinstance(frame, TTSStartedFrame):
+            turn.tts_active = True
+            turn.bot_stopped = None
+            if turn.tts_start is None:
+                turn.tts_start = self._abs(data)
+        elif isinstance(frame, TTSStoppedFrame):
+            turn.tts_active = False
+            self._maybe_finish()
         elif isinstance(frame, BotStartedSpeakingFrame):
-            turn = self._turn()
             turn.bot_stopped = None
             if turn.first_audio_out is None:
                 turn.first_audio_out = self._abs(data)
         elif isinstance(frame, BotStoppedSpeakingFrame):
             self._last_tts_chunk = None
-            if self._current is not None:
-                self._current.bot_stopped = self._abs(data)
-                self._maybe_finish()
-        elif isinstance(frame, InterruptionFrame) and self._current is not None:
-            self._current.interrupted = True
+            turn.bot_stopped = self._abs(data)
+            self._maybe_finish()
+        elif isinstance(frame, InterruptionFrame) and turn.llm_start is not None:
+            turn.interrupted = True

@@ -52,6 +52,11 @@ class SharedWhisperSTTService(WhisperSTTService):
     beam search and timestamp tokens only add latency.
     """
 
+    async def cleanup(self):
+        # A session ended before its start finished is only cleaned up: stop the segment task.
+        await self._cancel_segment_task()
+        await super().cleanup()
+
     def _load(self):
         self._model = shared_whisper_model(str(self._settings.model), self._device, self._compute_type)
 

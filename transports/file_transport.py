@@ -55,6 +55,11 @@ class FileInputTransport(BaseInputTransport):
         await self._cancel_feed()
         await super().cancel(frame)
 
+    async def cleanup(self):
+        # A caller that hangs up before the start reached the pipeline's end is only cleaned up.
+        await self._cancel_feed()
+        await super().cleanup()
+
     async def _cancel_feed(self) -> None:
         if self._feed_task is not None:
             await self.cancel_task(self._feed_task)
