@@ -29,13 +29,14 @@ def friendly(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse
     """Turn expected failures (bad config, bad file, missing model) into one clear line."""
 
     def run(args: argparse.Namespace) -> int:
+        from agent.gpu_memory import GPUPlanError
         from agent.llm_server import LLMServerError
         from agent.models import ModelNotFoundError
         from transports.audio_io import AudioFileError
 
         try:
             return handler(args)
-        except (UserError, ConfigError, AudioFileError, LLMServerError, ModelNotFoundError) as exc:
+        except (UserError, ConfigError, AudioFileError, LLMServerError, ModelNotFoundError, GPUPlanError) as exc:
             print(f"cadence: error: {exc}", file=sys.stderr)
             return 2
 

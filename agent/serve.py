@@ -41,13 +41,31 @@ class CadenceServer:
     max_session_records: int = 200
 
     async def start_engines(self) -> None:
+        """GPU memory plan (refuse to start if it cannot fit) -> LLM server -> engines -> GC freeze."""
+        from agent.gpu_memory import (
+            apply_in_process_fraction,
+            check_llm_server,
+            managed_vllm_server,
+            plan_for,
+        )
+
         cfg = self.config
+        plan = plan_for(cfg)  # None unless the config gives GPU shares; raises GPUPlanError
+        if plan is not None:
+            logger.info(f"GPU memory plan:\n{plan.summary()}")
         base_url, model = cfg.llm.base_url, cfg.llm.model
-        if not base_url:
+        if not base_url and plan is not None and cfg.gpu.vllm_model:
+            self.llm_server = managed_vllm_server(plan, cfg)
+            await self.llm_server.astart()
+            base_url, model = self.llm_server.base_url, self.llm_server.model_id or cfg.gpu.vllm_model
+            await asyncio.to_thread(check_llm_server, base_url, model)
+        elif not base_url:
             self.llm_server = embedded_llama_server(cfg.llm.threads, cfg.llm.context_size, cfg.llm.model,
                                                     cfg.llm.server_start_timeout_s)
             await self.llm_server.astart()
             base_url, model = self.llm_server.base_url, self.llm_server.model_id
+        if plan is not None:
+            apply_in_process_fraction(plan)
         try:
             self.engines = await asyncio.to_thread(Engines.load, cfg, base_url, model)
         except BaseException:
