@@ -46,6 +46,7 @@ def install(server) -> ServerMetrics:  # server: agent.serve.CadenceServer
     from agent.metrics.observer import MetricsObserver
 
     server.observer_factories.append(lambda session_id: MetricsObserver(stages, session_id))
+    _export_phone_stats(stages)
 
     def hook(app: web.Application, _server) -> None:
         app[METRICS_KEY] = bundle
@@ -55,6 +56,24 @@ def install(server) -> ServerMetrics:  # server: agent.serve.CadenceServer
 
     server.route_hooks.append(hook)
     return bundle
+
+
+# Phone transport figures -> stages (output_chunk_lateness is already recorded by the observer).
+PHONE_STAGES = {"output_pacer_lateness_ms": "phone_pacer_lateness", "output_underrun_gap_ms": "phone_underrun_gap",
+                "barge_in_clear_ms": "barge_in_clear"}
+
+
+def _export_phone_stats(stages: StageMetrics) -> None:
+    try:
+        from transports.phone.stats import PHONE_STATS
+    except ImportError:
+        return
+
+    def listener(name: str, value: float) -> None:
+        if name in PHONE_STAGES:
+            stages.record(PHONE_STAGES[name], value)
+
+    PHONE_STATS.add_listener(listener)
 
 
 async def metrics_handler(request: web.Request) -> web.Response:

@@ -37,6 +37,9 @@ STAGES: tuple[Stage, ...] = (
           budget_field="output_chunk_lateness_ms"),
     Stage("output_rt_ratio", "per reply: delivered audio seconds per wall second", unit="x",
           budget_field="output_rt_ratio_min", higher_is_better=True),
+    Stage("phone_pacer_lateness", "phone: how late the pacer sent a 20 ms media message"),
+    Stage("phone_underrun_gap", "phone: silence the caller heard inside a reply"),
+    Stage("barge_in_clear", "phone: caller speech onset -> clear sent"),
     Stage("event_loop_lag", "event loop: how late a 50 ms timer fires"),
     Stage("gc_pause", "garbage collector pause"),
 )
