@@ -41,3 +41,12 @@ async def test_each_reply_starts_fresh_after_flush_or_interruption():
     [a async for a in agg.aggregate("Seven eight")]
     await agg.handle_interruption()
     assert await chunks(agg, ["Nine ten, eleven."]) == ["Nine ten,", "eleven."]
+
+
+async def test_long_later_sentences_are_cut_at_clauses():
+    agg = ClauseTextAggregator(min_words=4, later_min_words=10)
+    text = ("Hello there, my friend. One two three four five six seven eight nine ten, "
+            "eleven twelve. Short one, not cut.")
+    got = await chunks(agg, [text])
+    assert got == ["Hello there, my friend.", "One two three four five six seven eight nine ten,",
+                   "eleven twelve.", "Short one, not cut."]

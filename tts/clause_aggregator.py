@@ -21,18 +21,24 @@ MAX_FIRST_WORDS = 12
 class ClauseTextAggregator(SimpleTextAggregator):
     """Sentence aggregation whose first chunk per reply may end at a clause mark."""
 
-    def __init__(self, min_words: int = 4, **kwargs):
+    def __init__(self, min_words: int = 4, later_min_words: int = 10, **kwargs):
         super().__init__(**kwargs)
         self._min_words = min_words
+        # Later chunks are sentences, but a long sentence is cut at a clause mark once it holds
+        # this many words, so synthesis of a long sentence does not leave a gap in playback.
+        self._later_min_words = later_min_words
         self._first_sent = False
 
     async def aggregate(self, text: str) -> AsyncIterator[Aggregation]:
         for char in text:
             self._text += char
             result = await self._check_sentence_with_lookahead(char)
-            words = len(self._text.split()) if result is None and not self._first_sent else 0
-            if words and ((char in CLAUSE_MARKS and words >= self._min_words)
-                          or (char == " " and words >= MAX_FIRST_WORDS)):
+            words = len(self._text.split()) if result is None and char in CLAUSE_MARKS | {" "} else 0
+            if not self._first_sent:
+                cut = (char in CLAUSE_MARKS and words >= self._min_words) or (char == " " and words >= MAX_FIRST_WORDS)
+            else:
+                cut = char in CLAUSE_MARKS and words >= self._later_min_words
+            if words and cut:
                 result = Aggregation(text=self._text.strip(), type=TextType.SENTENCE)
                 self._text = ""
             if result is not None:
