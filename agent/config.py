@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from transports.phone.options import PhoneOptions
+
 
 class ConfigError(ValueError):
     """A config file, variable or flag that cannot be applied."""
@@ -94,6 +96,8 @@ class LLMConfig:
         "spoken sentences. Use plain words, no lists, no markdown, no emoji, no code."
     )
     apology: str = "Sorry, I can't reach my language model right now. Please try again in a moment."
+    # Said when the model returns no text twice in a row (small models sometimes do).
+    empty_reply: str = "Sorry, could you say that again?"
 
 
 @dataclass
@@ -151,28 +155,6 @@ class GPUConfig:
 
 
 @dataclass
-class PhoneConfig:
-    """Phone media streams (``/phone/ws``); ``$CADENCE_PHONE_OPTIONS`` (JSON) overrides."""
-
-    path: str = "/phone/ws"
-    lead_ms: float = 80.0
-    mark_every_ms: float = 500.0
-    # The phone transport's own barge-in: clears the caller's playout and holds the bot's audio,
-    # resuming after barge_in_hold_s if the pipeline does not confirm an interruption (a cough).
-    barge_in_start_ms: float = 60.0
-    barge_in_min_level_dbfs: float = -40.0
-    barge_in_snr_db: float = 12.0
-    barge_in_hold_s: float = 0.6
-    handshake_timeout_s: float = 5.0
-    idle_timeout_s: float = 10.0
-    max_payload_bytes: int = 1600
-    drain_timeout_s: float = 2.0
-    recent_calls: int = 50
-    expose_transcripts: bool = True
-    token: str = ""
-
-
-@dataclass
 class RuntimeConfig:
     uvloop: bool = True
     gc_freeze: bool = True
@@ -189,7 +171,8 @@ class Config:
     budgets: BudgetsConfig = field(default_factory=BudgetsConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     gpu: GPUConfig = field(default_factory=GPUConfig)
-    phone: PhoneConfig = field(default_factory=PhoneConfig)
+    # The phone transport's own options dataclass is the [phone] section (one definition).
+    phone: PhoneOptions = field(default_factory=PhoneOptions)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
 
     def to_dict(self) -> dict[str, Any]:

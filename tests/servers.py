@@ -16,35 +16,35 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextmanager
-def cadence_serve(*overrides: str, timeout_s: float = 180.0, log_path: Path | None = None) -> Iterator[dict]:
-    """Run ``cadence serve --port 0`` with overrides; yield {'url', 'log'} once it is ready."""
-    cmd = [sys.executable, "-m", "agent.cli", "serve", "--port", "0", "--log-level", "DEBUG"]
-    for item in overrides:
-        cmd += ["--set", item]
+def cadence_process(args: list[str], ready: str, timeout_s: float = 180.0,
+                    log_path: Path | None = None) -> Iterator[dict]:
+    """Run ``python -m agent.cli ARGS``; yield {'url', 'log', 'proc'} once ``ready`` (a regex
+    whose group 1 is the URL) matches a line of its output; stop it afterwards."""
+    cmd = [sys.executable, "-m", "agent.cli", *args]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     url: list[str] = []
-    ready = threading.Event()
+    seen = threading.Event()
 
     def pump() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
-            m = re.search(r"Cadence is ready: open (http://\S+?)/ ", line)
-            if m:
+            m = re.search(ready, line)
+            if m and not url:
                 url.append(m.group(1))
-                ready.set()
-        ready.set()
+                seen.set()
+        seen.set()
 
     threading.Thread(target=pump, daemon=True).start()
     try:
         deadline = time.monotonic() + timeout_s
-        while not ready.wait(0.2):
+        while not seen.wait(0.2):
             if time.monotonic() > deadline:
-                raise TimeoutError("cadence serve did not become ready:\n" + "".join(lines[-40:]))
+                raise TimeoutError(f"{args[0]} did not become ready:\n" + "".join(lines[-40:]))
         if not url:
-            raise RuntimeError("cadence serve exited:\n" + "".join(lines[-60:]))
+            raise RuntimeError(f"{args[0]} exited:\n" + "".join(lines[-60:]))
         yield {"url": url[0], "log": lines, "proc": proc}
     finally:
         proc.terminate()
@@ -55,3 +55,13 @@ def cadence_serve(*overrides: str, timeout_s: float = 180.0, log_path: Path | No
             proc.wait()
         if log_path is not None:
             log_path.write_text("".join(lines))
+
+
+@contextmanager
+def cadence_serve(*overrides: str, timeout_s: float = 180.0, log_path: Path | None = None) -> Iterator[dict]:
+    """Run ``cadence serve --port 0`` with ``--set`` overrides until the context ends."""
+    args = ["serve", "--port", "0", "--log-level", "DEBUG"]
+    for item in overrides:
+        args += ["--set", item]
+    with cadence_process(args, r"Cadence is ready: open (http://\S+?)/ ", timeout_s, log_path) as srv:
+        yield srv
