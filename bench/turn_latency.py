@@ -31,22 +31,9 @@ from agent.talk import talk  # noqa: E402
 from tests.corpus import prompts, wer  # noqa: E402
 from transports.audio_io import load_audio  # noqa: E402
 
-PROMPTS = [
-    "agent-pass",
-    "auth-incorrect",
-    "conf-getpin",
-    "vm-options",
-    "pbx-invalid",
-    "vm-enter-num-to-call",
-    "privacy-unident",
-    "conf-onlyperson",
-    "vm-savedto",
-    "queue-thankyou",
-    "pls-try-area-code",
-    "vm-incorrect",
-    "conf-getconfno",
-    "demo-congrats",
-]
+PROMPTS = ["agent-pass", "auth-incorrect", "conf-getpin", "pbx-invalid", "vm-enter-num-to-call",
+           "privacy-unident", "conf-onlyperson", "queue-thankyou", "conf-getconfno", "all-circuits-busy-now",
+           "check-number-dial-again", "conf-invalidpin", "cannot-complete-as-dialed", "conf-locked"]
 
 
 def rss_mb(pid: int) -> float:
