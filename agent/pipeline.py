@@ -7,6 +7,7 @@ context are per caller, because they hold state).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,11 +48,19 @@ class Engines:
     llm_model: str
     tts_engine: TTSEngine
     extras: dict[str, Any] = field(default_factory=dict)
-    # One HTTP connection pool to the LLM server for every caller (a client per session costs
-    # ~25 ms of TLS-context setup on the event loop at each connect).
-    llm_http: httpx.AsyncClient = field(
-        default_factory=lambda: httpx.AsyncClient(limits=httpx.Limits(max_connections=1000,
-                                                                      max_keepalive_connections=100)))
+    _llm_http: tuple[Any, httpx.AsyncClient] | None = field(default=None, repr=False)
+
+    def llm_http(self) -> httpx.AsyncClient:
+        """One HTTP connection pool to the LLM server for every caller on this event loop.
+
+        A client per session costs ~25 ms of TLS-context setup on the loop at each connect; a
+        client is bound to the loop it first ran on, so another loop gets its own.
+        """
+        loop = asyncio.get_running_loop()
+        if self._llm_http is None or self._llm_http[0] is not loop:
+            limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+            self._llm_http = (loop, httpx.AsyncClient(limits=limits))
+        return self._llm_http[1]
 
     @classmethod
     def load(cls, config: Config, llm_base_url: str, llm_model: str) -> Engines:
@@ -152,7 +161,7 @@ def build_worker(
     config = engines.config
     fast_barge_in = config.vad.fast_barge_in and not getattr(transport, "has_own_barge_in", False)
     stt = engines.make_stt()
-    llm = CadenceLLMService(config.llm, engines.llm_base_url, engines.llm_model, http_client=engines.llm_http)
+    llm = CadenceLLMService(config.llm, engines.llm_base_url, engines.llm_model, http_client=engines.llm_http())
     tts = CadenceTTSService(engines.tts_engine)
     context = LLMContext()
     aggregators = LLMContextAggregatorPair(
