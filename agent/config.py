@@ -63,6 +63,9 @@ class ASRConfig:
     # Expected p99 from end of speech to final transcript; the turn is released after it
     # even if the transcript is late (pipecat's STT safety net).
     ttfs_p99_s: float = 1.0
+    # Whisper: start transcribing after this much quiet, before the VAD confirms the stop;
+    # the result is used only if nothing audible followed (asr/eager_segment.py). 0 disables.
+    eager_quiet_ms: float = 120.0
     # Parakeet engine options.
     encoder_backend: str = "eager"  # eager | compiled | onnx | cuda_graphs | tensorrt
     dtype: str = "float32"  # float32 | bfloat16

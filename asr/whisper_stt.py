@@ -15,11 +15,19 @@ from typing import Any
 
 import numpy as np
 from loguru import logger
-from pipecat.frames.frames import Frame, TranscriptionFrame
+from pipecat.frames.frames import (
+    Frame,
+    InputAudioRawFrame,
+    TranscriptionFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.whisper.stt import WhisperSTTService
 from pipecat.utils.time import time_now_iso8601
 
 from agent.config import ASRConfig
+from asr.eager_segment import EagerSegment
 
 _MODELS: dict[tuple[str, str, str], Any] = {}
 _LOCK = threading.Lock()
@@ -52,19 +60,65 @@ class SharedWhisperSTTService(WhisperSTTService):
     beam search and timestamp tokens only add latency.
     """
 
+    def __init__(self, *, eager: EagerSegment | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self._eager = eager
+        self._eager_task: asyncio.Future | None = None
+        self._eager_ready: tuple[bytes, asyncio.Future] | None = None
+        self.eager_used = 0
+        self.eager_discarded = 0
+
     async def cleanup(self):
         # A session ended before its start finished is only cleaned up: stop the segment task.
         await self._cancel_segment_task()
         await super().cleanup()
+
+    async def _handle_user_started_speaking(self, frame: VADUserStartedSpeakingFrame):
+        await super()._handle_user_started_speaking(frame)
+        if self._eager is not None:
+            self._eager.reset()
+            self._eager_task = None
+
+    async def process_audio_frame(self, frame: InputAudioRawFrame, direction: FrameDirection):
+        await super().process_audio_frame(frame, direction)
+        if self._eager is None or not self._user_speaking:
+            return
+        cut = self._eager.observe(frame.audio, frame.sample_rate, len(self._audio_buffer))
+        busy = self._eager_task is not None and not self._eager_task.done()
+        if cut is not None and not busy and self._segment_queue.empty():
+            self._eager_task = asyncio.ensure_future(self._transcribe(bytes(self._audio_buffer[:cut])))
+
+    async def _handle_user_stopped_speaking(self, frame: VADUserStoppedSpeakingFrame):
+        task, self._eager_task = self._eager_task, None
+        cut = self._eager.usable() if self._eager is not None else None
+        if task is None or cut is None or not self._segment_queue.empty() or not self.is_usable:
+            if task is not None:
+                self.eager_discarded += 1
+            await super()._handle_user_stopped_speaking(frame)
+            return
+        # Everything after the cut was quiet: the speculative pass already covers the segment.
+        self._user_speaking = False
+        pcm = bytes(self._audio_buffer[:cut])
+        self._audio_buffer.clear()
+        self._eager_ready = (pcm, task)
+        self.eager_used += 1
+        await self._segment_queue.put(pcm)
+
+    async def _transcribe(self, pcm: bytes) -> str:
+        samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0
+        return await asyncio.to_thread(transcribe_greedy, self._model, samples, str(self._settings.language),
+                                       float(self._settings.no_speech_prob))
 
     def _load(self):
         self._model = shared_whisper_model(str(self._settings.model), self._device, self._compute_type)
 
     async def run_stt(self, audio: bytes) -> AsyncGenerator[Frame, None]:
         await self.start_processing_metrics()
-        samples = np.frombuffer(audio, dtype=np.int16).astype(np.float32) / 32768.0
-        text = await asyncio.to_thread(transcribe_greedy, self._model, samples, str(self._settings.language),
-                                       float(self._settings.no_speech_prob))
+        ready, self._eager_ready = self._eager_ready, None
+        if ready is not None and ready[0] is audio:
+            text = await ready[1]  # started before the VAD stop; usually finished by now
+        else:
+            text = await self._transcribe(audio)
         await self.stop_processing_metrics()
         if text:
             await self._handle_transcription(text, True, self._settings.language)
@@ -81,6 +135,7 @@ def transcribe_greedy(model: Any, samples: np.ndarray, language: str, no_speech_
 
 def create_whisper_stt(config: ASRConfig, **kwargs) -> SharedWhisperSTTService:
     return SharedWhisperSTTService(
+        eager=EagerSegment(config.eager_quiet_ms) if config.eager_quiet_ms > 0 else None,
         device=config.device,
         compute_type=config.compute_type,
         ttfs_p99_latency=config.ttfs_p99_s,
