@@ -47,7 +47,6 @@ class Engines:
     llm_base_url: str
     llm_model: str
     tts_engine: TTSEngine
-    extras: dict[str, Any] = field(default_factory=dict)
     _llm_http: tuple[Any, httpx.AsyncClient] | None = field(default=None, repr=False)
 
     def llm_http(self) -> httpx.AsyncClient:
