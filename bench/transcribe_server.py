@@ -64,7 +64,7 @@ def random_v3_engine(args: argparse.Namespace) -> Any:
     model, info = calibrated_model()
     print(f"random v3 calibrated: {info}", flush=True)
     ckpt = ParakeetCheckpoint(model=model, tokenizer=_NumberedTokenizer(), features=FeatureConfig(), source="random-v3")
-    engine = ParakeetEngine(ckpt, device=args.device, dtype=args.dtype, encoder_backend=args.encoder_backend)
+    engine = ParakeetEngine(ckpt, device=args.device, dtype=args.dtype, encoder_backend=args.encoder_backend, pack=True)
     engine.warmup()
     return ParakeetWindowEngine(engine, "parakeet-random-v3", args.max_batch or 64, PlanOptions())
 
@@ -76,7 +76,7 @@ def serve_main(args: argparse.Namespace) -> None:
     from asr.offline.server import ServerOptions, serve
 
     spec = EngineSpec(engine=args.engine, model=args.model, device=args.device, max_batch=args.max_batch,
-                      dtype=args.dtype, encoder_backend=args.encoder_backend)
+                      dtype=args.dtype, encoder_backend=args.encoder_backend, pack=True)
     engine = random_v3_engine(args) if args.model == "random-v3" else make_engine(spec)
     options = ServerOptions(max_upload_mb=4096, max_audio_s=5 * 3600, max_inflight=1024)
     asyncio.run(serve(OfflineTranscriber(engine, args.max_batch or None), "127.0.0.1", 0, options,

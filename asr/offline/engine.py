@@ -41,7 +41,7 @@ class EngineSpec:
     encoder_backend: str = "eager"  # parakeet only
     max_batch: int = 0  # 0: the engine's default
     max_window_s: float = 0.0  # 0: the engine's default
-    pack: bool = True  # fixed-length engines: pack windows of several requests into one input
+    pack: bool = False  # fixed-length engines: pack windows of several requests into one input (opt-in)
 
 
 def make_engine(spec: EngineSpec) -> WindowEngine:

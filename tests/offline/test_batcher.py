@@ -34,7 +34,7 @@ class RecordingEngine:
 def whisper():  # type: ignore[no-untyped-def]
     from asr.offline.engine import EngineSpec, make_engine
 
-    return make_engine(EngineSpec())
+    return make_engine(EngineSpec(pack=True))
 
 
 def test_length_batches_groups_similar_lengths() -> None:
@@ -118,9 +118,9 @@ def test_a_corpus_of_short_files_is_packed_too(whisper) -> None:  # type: ignore
         assert wer(ref, t.text) < 0.34, (ref, t.text)
 
 
-def test_packing_can_be_turned_off(whisper) -> None:  # type: ignore[no-untyped-def]
+def test_packing_is_opt_in(whisper) -> None:  # type: ignore[no-untyped-def]
     from asr.offline.engine import EngineSpec, make_engine
 
     assert whisper.fixed_window_s == 30.0
-    assert make_engine(EngineSpec(pack=False)).fixed_window_s is None
+    assert make_engine(EngineSpec()).fixed_window_s is None  # off by default
     assert whisper.fixed_window_s == 30.0  # the shared model's other engines keep packing
