@@ -6,6 +6,10 @@ maximum batch and length; the graph is re-captured only when a request outgrows 
 up, so growth is rare). Modes: ``conditional`` (one graph replay per batch, no host round trips),
 ``graphs`` (each step a graph, host reads the flags), ``eager`` (the plain loop); ``auto`` picks the
 best the driver and cuda-bindings support and falls back if building fails.
+
+Step bodies (``step``): ``torch`` (the decoder's own ``outer_step``/``inner_step``, ~50 kernels per
+step) or ``fused`` (:mod:`asr.parakeet.gpu.fused_step`: cuBLAS GEMMs plus one Triton kernel per
+stage, 2 kernels per blank-skipping step); ``auto`` takes ``fused`` on CUDA when Triton is there.
 """
 
 from __future__ import annotations
@@ -14,12 +18,16 @@ import logging
 import math
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from asr.parakeet.decoder import DecodedSeq, DecoderCarry, DecoderState, LabelLoopingDecoder
 from asr.parakeet.gpu.graph_modes import GraphMode
 from asr.parakeet.gpu.while_graph import LoopRunner, LoopSpec, build_loop
+
+if TYPE_CHECKING:
+    from asr.parakeet.gpu.fused_step import FusedSteps
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +37,24 @@ def grown(current: int, needed: int, quantum: int) -> int:
     if needed <= current:
         return current
     return max(needed, 2 * current, quantum) if current else max(needed, quantum)
+
+
+def resolve_step(step: str, decoder: LabelLoopingDecoder) -> str:
+    """``torch`` or ``fused`` for a requested ``auto``/``torch``/``fused`` (``fused`` needs Triton)."""
+    step = step.strip().lower()
+    if step not in ("auto", "torch", "fused"):
+        raise ValueError(f"unknown decoder step {step!r} (auto, torch, fused)")
+    if step != "auto":
+        if step == "fused":
+            from asr.parakeet.gpu import fused_step
+
+            fused_step._require_triton()
+        return step
+    if decoder.device.type != "cuda":
+        return "torch"
+    from asr.parakeet.gpu import fused_step
+
+    return "fused" if fused_step.available() and fused_step.supports(decoder) else "torch"
 
 
 def round_up(value: int, quantum: int) -> int:
@@ -47,8 +73,11 @@ class GraphDecoder:
         batch_quantum: int = 8,
         frame_quantum: int = 64,
         compile_steps: bool = False,
+        step: str = "auto",
     ) -> None:
         self.decoder = decoder
+        self.step = resolve_step(step, decoder)
+        self.fused: FusedSteps | None = None
         # torch.compile fuses each step's ~50 small kernels into a few; the graph then replays those.
         self.compile_steps = compile_steps
         self._outer = torch.compile(decoder.outer_step) if compile_steps else decoder.outer_step
@@ -84,19 +113,28 @@ class GraphDecoder:
             new_b, 1, state.enc_proj.shape[-1], dtype=state.enc_proj.dtype, device=state.enc_proj.device
         )
         self.decoder.prepare(state, zeros, [1] * new_b)
-        spec = LoopSpec(
-            flag=state.outer_active,
-            body=lambda: self.decoder.outer_step(state),
-            inner=LoopSpec(flag=state.inner_active, body=lambda: self.decoder.inner_step(state)),
-        )
+        if self.step == "fused":
+            from asr.parakeet.gpu.fused_step import FusedSteps
+
+            fused = self.fused = FusedSteps(self.decoder, state)
+            fused.reset_flags()
+            spec = LoopSpec(flag=fused.alive, body=fused.outer,
+                            inner=LoopSpec(flag=fused.advance_flag, body=fused.inner))
+        else:
+            spec = LoopSpec(
+                flag=state.outer_active,
+                body=lambda: self.decoder.outer_step(state),
+                inner=LoopSpec(flag=state.inner_active, body=lambda: self.decoder.inner_step(state)),
+            )
         with torch.inference_mode():
             self.runner = build_loop(spec, state.enc_proj.device, self.requested_mode)
         self.state = state
         self.captures += 1
         self.last_build_s = time.perf_counter() - start
         log.info(
-            "decoder %s loop for %dx%d built in %.3f s",
+            "decoder %s loop (%s steps) for %dx%d built in %.3f s",
             self.runner.mode.value,
+            self.step,
             new_b,
             new_t,
             self.last_build_s,
@@ -113,6 +151,8 @@ class GraphDecoder:
         """Copy a batch into the preallocated state (after this, ``enc_proj`` may be overwritten)."""
         state = self.ensure(enc_proj.shape[0], enc_proj.shape[1])
         self.decoder.prepare(state, enc_proj, lengths, carry=carry, start_frames=start_frames)
+        if self.fused is not None:
+            self.fused.reset_flags()
         return state
 
     def loop(self) -> None:

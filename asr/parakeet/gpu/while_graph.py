@@ -38,7 +38,15 @@ extern "C" __global__ void cadence_cond_i32(cudaGraphConditionalHandle h, const 
 extern "C" __global__ void cadence_cond_i64(cudaGraphConditionalHandle h, const long long* f) {
   cudaGraphSetConditional(h, f[0] != 0);
 }
+extern "C" __global__ void cadence_cond_any_u8(cudaGraphConditionalHandle h, const unsigned char* f, int n) {
+  int v = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) v |= f[i];
+  v = __syncthreads_or(v);
+  if (threadIdx.x == 0) cudaGraphSetConditional(h, v != 0);
+}
 """
+_ANY_KERNEL = "cadence_cond_any_u8"
+_ANY_THREADS = 256
 _KERNEL_FOR_DTYPE = {
     torch.bool: "cadence_cond_u8",
     torch.uint8: "cadence_cond_u8",
@@ -51,7 +59,8 @@ _kernels_lock = threading.Lock()
 
 @dataclass
 class LoopSpec:
-    """``while flag: body(); [inner loop]; tail()``. ``flag`` is a device scalar (bool/int) the body updates."""
+    """``while flag: body(); [inner loop]; tail()``. ``flag`` is a device scalar (bool/int) the body updates,
+    or a bool/uint8 vector: the loop runs while any element is set."""
 
     flag: torch.Tensor
     body: Callable[[], None]
@@ -74,7 +83,7 @@ class LoopRunner(Protocol):
 
 
 def _flag_true(flag: torch.Tensor) -> bool:
-    return bool(flag.item())  # one host sync
+    return bool(flag.item() if flag.numel() == 1 else flag.any().item())  # one host sync
 
 
 class EagerLoop:
@@ -170,20 +179,25 @@ class ConditionalLoop:
 
     # -- capture helpers -------------------------------------------------------------------------
     def _kernel(self, flag: torch.Tensor) -> Any:
-        name = _KERNEL_FOR_DTYPE.get(flag.dtype)
+        if flag.numel() > 1:
+            if flag.dtype not in (torch.bool, torch.uint8) or not flag.is_contiguous():
+                raise TypeError(f"a vector loop flag must be contiguous bool/uint8, not {flag.dtype}")
+            name = _ANY_KERNEL
+        else:
+            name = _KERNEL_FOR_DTYPE.get(flag.dtype)
         if name is None:
             raise TypeError(f"loop flag dtype {flag.dtype} not supported (bool, uint8, int32, int64)")
-        if flag.numel() != 1 or flag.device.type != "cuda":
-            raise ValueError("loop flag must be a one-element CUDA tensor")
+        if flag.numel() < 1 or flag.device.type != "cuda":
+            raise ValueError("loop flag must be a non-empty CUDA tensor")
         key = (self.device.index or 0, name)
         with _kernels_lock:
             if key not in _kernels:
                 _kernels[key] = cuda_api.compile_kernel(_COND_SOURCE, name)
             return _kernels[key]
 
-    def _launch_condition(self, kernel: Any, args: Any, stream: torch.cuda.Stream) -> None:
+    def _launch_condition(self, kernel: Any, args: Any, stream: torch.cuda.Stream, threads: int = 1) -> None:
         cuda_api.check(
-            self._driver.cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, stream.cuda_stream, args.ctypes.data, 0)
+            self._driver.cuLaunchKernel(kernel, 1, 1, 1, threads, 1, 1, 0, stream.cuda_stream, args.ctypes.data, 0)
         )
 
     def _emit_while(self, spec: LoopSpec, depth: int) -> None:
@@ -194,10 +208,13 @@ class ConditionalLoop:
         handle = cuda_api.check(runtime.cudaGraphConditionalHandleCreate(self._root, 0, 0))
         kernel = self._kernel(spec.flag)
         flag_ptr = np.array([spec.flag.data_ptr()], dtype=np.uint64)
-        args = np.array([handle.getPtr(), flag_ptr.ctypes.data], dtype=np.uint64)
-        self._keep += [handle, flag_ptr, args]
+        count = np.array([spec.flag.numel()], dtype=np.int32)
+        arg_ptrs = [handle.getPtr(), flag_ptr.ctypes.data] + ([count.ctypes.data] if count[0] > 1 else [])
+        args = np.array(arg_ptrs, dtype=np.uint64)
+        threads = _ANY_THREADS if count[0] > 1 else 1
+        self._keep += [handle, flag_ptr, count, args]
 
-        self._launch_condition(kernel, args, parent)  # decides whether to enter the loop at all
+        self._launch_condition(kernel, args, parent, threads)  # decides whether to enter the loop at all
         info = cuda_api.check(runtime.cudaStreamGetCaptureInfo(parent.cuda_stream))
         graph, deps = info[2], info[3]
         params = driver.CUgraphNodeParams()
@@ -237,7 +254,7 @@ class ConditionalLoop:
                     self._emit_while(spec.inner, depth + 1)
                 if spec.tail is not None:
                     spec.tail()
-                self._launch_condition(kernel, args, body_stream)  # decides whether to iterate again
+                self._launch_condition(kernel, args, body_stream, threads)  # decides whether to iterate again
         finally:
             ended = runtime.cudaStreamEndCapture(body_stream.cuda_stream)
         cuda_api.check(ended)

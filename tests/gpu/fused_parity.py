@@ -1,0 +1,84 @@
+"""Fused decoder steps vs the torch step bodies: the same tokens, frames, durations and carries.
+
+Shared by the CPU test (Triton's interpreter, in a subprocess with ``TRITON_INTERPRET=1``) and the
+CUDA test. ``python -m tests.gpu.fused_parity [device]`` prints one JSON line of mismatches.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+
+from asr.parakeet.decoder import LabelLoopingDecoder
+from asr.parakeet.gpu.graph_decoder import GraphDecoder
+from tests.gpu.tiny import tiny_tdt
+
+
+def _decoder(blank_bias: float, device: str, seed: int = 5) -> LabelLoopingDecoder:
+    model = tiny_tdt(seed=seed).to(device)
+    with torch.no_grad():
+        model.joint.head.bias[model.config.blank_token_id] += blank_bias
+        # Two predictor layers, so the [h_below | h_own] GEMM input of later layers is exercised.
+        if model.decoder.lstm.num_layers < 2:
+            raise AssertionError("the tiny model should have a 2-layer predictor")
+    return LabelLoopingDecoder.from_model(model, device=device, dtype=torch.float32)
+
+
+def _compare(got, want, got_carry, want_carry, label: str) -> list[str]:
+    problems = []
+    for name in ("tokens", "frames", "durations"):
+        if [getattr(g, name) for g in got] != [getattr(w, name) for w in want]:
+            problems.append(f"{label}: {name} differ")
+    for i, (g, w) in enumerate(zip(got_carry, want_carry, strict=True)):
+        if not (torch.equal(g.last_label, w.last_label) and torch.equal(g.time_jump, w.time_jump)):
+            problems.append(f"{label}: carry {i} label/jump differ")
+        if not (torch.allclose(g.h, w.h, atol=1e-5) and torch.allclose(g.c, w.c, atol=1e-5)
+                and torch.allclose(g.pred_out, w.pred_out, atol=1e-5)):
+            problems.append(f"{label}: carry {i} state differs")
+    return problems
+
+
+def check(device: str = "cpu", mode: str = "eager") -> dict[str, object]:
+    """Run every case; returns mismatches (empty when all agree) and how many tokens were compared."""
+    problems: list[str] = []
+    tokens = 0
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    for blank_bias in (0.0, 0.08):  # 0.0 often hits the 10-symbol cap; 0.08 mixes blanks in
+        decoder = _decoder(blank_bias, device)
+        graph = GraphDecoder(decoder, mode=mode, step="fused")
+        for batch, frames in ((1, 40), (7, 90), (3, 20)):
+            enc = torch.randn(batch, frames, decoder.joint_hidden, generator=gen).to(device)
+            lengths = torch.randint(1, frames + 1, (batch,), generator=gen)
+            lengths[0] = frames
+            if batch > 2:
+                lengths[-1] = 0  # an empty row
+            starts = [0] * batch
+            if batch > 3:
+                starts[1] = min(5, int(lengths[1]))
+            got, got_carry = graph.decode(enc, lengths.tolist(), start_frames=starts)
+            reference = decoder.alloc(graph.state.batch_size, graph.state.max_frames)
+            want, want_carry = decoder.decode(enc, lengths.tolist(), start_frames=starts, state=reference)
+            tokens += sum(len(w.tokens) for w in want)
+            problems += _compare(got, want, got_carry, want_carry, f"bias {blank_bias} {batch}x{frames}")
+        # streaming: three chunks with carries
+        enc = torch.randn(2, 60, decoder.joint_hidden, generator=gen).to(device)
+        carry_g = carry_w = None
+        reference = None
+        for chunk in range(3):
+            part = enc[:, chunk * 20 : (chunk + 1) * 20]
+            got, carry_g = graph.decode(part, [20, 20], carry=carry_g)
+            reference = reference or decoder.alloc(graph.state.batch_size, graph.state.max_frames)
+            want, carry_w = decoder.decode(part, [20, 20], carry=carry_w, state=reference)
+            tokens += sum(len(w.tokens) for w in want)
+            problems += _compare(got, want, carry_g, carry_w, f"bias {blank_bias} chunk {chunk}")
+        if graph.step != "fused":
+            problems.append(f"step is {graph.step}, not fused")
+    return {"problems": problems, "tokens": tokens}
+
+
+if __name__ == "__main__":
+    device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+    mode = sys.argv[2] if len(sys.argv) > 2 else "eager"
+    print(json.dumps(check(device, mode)))

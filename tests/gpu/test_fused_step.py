@@ -1,0 +1,53 @@
+"""The fused decoder steps decode exactly like the torch step bodies (CPU via Triton's interpreter; CUDA)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(600)
+def test_fused_steps_match_the_torch_bodies_under_the_triton_interpreter() -> None:
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.gpu.fused_parity", "cpu", "eager"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=540,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["problems"] == []
+    assert result["tokens"] > 200  # the cases really decode something
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("mode", ["conditional", "graphs", "eager"])
+def test_fused_steps_match_the_torch_bodies_on_cuda(mode: str) -> None:
+    pytest.importorskip("triton")
+    if mode == "conditional":
+        pytest.importorskip("cuda.bindings")
+    from tests.gpu.fused_parity import check
+
+    result = check("cuda", mode)
+    assert result["problems"] == []
+    assert result["tokens"] > 200
+
+
+def test_unknown_step_is_a_value_error() -> None:
+    from asr.parakeet.decoder import LabelLoopingDecoder
+    from asr.parakeet.gpu.graph_decoder import resolve_step
+    from tests.gpu.tiny import tiny_tdt
+
+    decoder = LabelLoopingDecoder.from_model(tiny_tdt(), device="cpu", dtype=torch.float32)
+    with pytest.raises(ValueError, match="auto, torch, fused"):
+        resolve_step("fast", decoder)
+    assert resolve_step("auto", decoder) == "torch"  # CPU tensors: the torch bodies
