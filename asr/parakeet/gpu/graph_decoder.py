@@ -151,14 +151,14 @@ class GraphDecoder:
         """Copy a batch into the preallocated state (after this, ``enc_proj`` may be overwritten)."""
         state = self.ensure(enc_proj.shape[0], enc_proj.shape[1])
         self.decoder.prepare(state, enc_proj, lengths, carry=carry, start_frames=start_frames)
-        if self.fused is not None:
-            self.fused.reset_flags()
         return state
 
     def loop(self) -> None:
         """Run the decoding loop on the loaded state (no host sync in ``conditional`` mode)."""
         assert self.runner is not None
         with torch.inference_mode():
+            if self.fused is not None:  # the state may have been edited since load (a CarryBank)
+                self.fused.reset_flags()
             self.runner.run()
 
     def run(
