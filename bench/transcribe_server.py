@@ -10,7 +10,9 @@ CPU, embedded Whisper:   python bench/transcribe_server.py
 GPU, Parakeet (H200):    python bench/transcribe_server.py --engine parakeet --device cuda --dtype bfloat16 \\
                              --model CHECKPOINT_DIR --plan "10:1,16,64;300:1,16,64;3600:1,8" --price 3.50
 ``--model random-v3`` builds the 0.6B v3 architecture with random weights biased to emit like
-speech (``bench.emission``), for GPUs without a checkpoint.
+speech (``bench.emission``), for GPUs without a checkpoint. ``--parakeet-backend`` picks the
+profiled GPU encoder (``fast``, the default on CUDA; ``--profiles`` sets its shapes) or the
+general engine (``general``). ``bench/gpu_issue6.sh`` is the H200 run.
 ``--plan`` is ``clip_seconds:concurrency,...`` groups separated by ``;``; ``--price`` is the
 machine's price in USD per hour (defaults: $0.085 for a 2-vCPU cloud VM, $3.50 for one H200).
 """
@@ -51,22 +53,42 @@ class _NumberedTokenizer:
         return "".join(self.piece(i) for i in ids).replace("\u2581", " ").strip()
 
 
-def random_v3_engine(args: argparse.Namespace) -> Any:
+def random_v3_engine(spec: Any) -> Any:
     """Parakeet-TDT 0.6B v3's architecture with random weights, emitting ~0.3 tokens per frame
-    (``bench.emission``): the GPU cost of the real model without its checkpoint."""
+    (``bench.emission``): the GPU cost of the real model without its checkpoint (CUDA only)."""
+    from asr.offline.engine import parakeet_backend
     from asr.offline.parakeet_engine import ParakeetWindowEngine
     from asr.offline.plan import PlanOptions
     from asr.parakeet.engine import ParakeetEngine
     from asr.parakeet.features import FeatureConfig
-    from asr.parakeet.loading import ParakeetCheckpoint
+    from asr.parakeet.loading import ParakeetCheckpoint, parse_dtype
     from bench.emission import calibrated_model
 
+    t0 = time.perf_counter()
     model, info = calibrated_model()
-    print(f"random v3 calibrated: {info}", flush=True)
+    print(f"random v3 calibrated in {time.perf_counter() - t0:.1f} s: {info}", flush=True)
     ckpt = ParakeetCheckpoint(model=model, tokenizer=_NumberedTokenizer(), features=FeatureConfig(), source="random-v3")
-    engine = ParakeetEngine(ckpt, device=args.device, dtype=args.dtype, encoder_backend=args.encoder_backend, pack=True)
+    max_batch = spec.max_batch or 64
+    if parakeet_backend(spec) == "fast":
+        from asr.offline.parakeet_fast import (
+            FastParakeetWindowEngine,
+            default_profiles,
+            make_transcriber,
+            plan_for,
+        )
+
+        t0 = time.perf_counter()
+        transcriber = make_transcriber(model, spec.profiles or default_profiles(max_batch), spec.device,
+                                       parse_dtype(spec.dtype))
+        fast = FastParakeetWindowEngine(transcriber, ckpt.tokenizer, ckpt.frame_seconds, "parakeet-random-v3",
+                                        max_batch, plan_for(transcriber.profiles, spec.max_window_s))
+        fast.warmup(full=spec.device.startswith("cuda"))
+        print(f"fast backend: {len(transcriber.profiles)} profiles built in {time.perf_counter() - t0:.1f} s",
+              flush=True)
+        return fast
+    engine = ParakeetEngine(ckpt, device=spec.device, dtype=spec.dtype, encoder_backend=spec.encoder_backend, pack=True)
     engine.warmup()
-    return ParakeetWindowEngine(engine, "parakeet-random-v3", args.max_batch or 64, PlanOptions())
+    return ParakeetWindowEngine(engine, "parakeet-random-v3", max_batch, PlanOptions())
 
 
 def serve_main(args: argparse.Namespace) -> None:
@@ -76,23 +98,28 @@ def serve_main(args: argparse.Namespace) -> None:
     from asr.offline.server import ServerOptions, serve
 
     spec = EngineSpec(engine=args.engine, model=args.model, device=args.device, max_batch=args.max_batch,
-                      dtype=args.dtype, encoder_backend=args.encoder_backend, pack=True)
-    engine = random_v3_engine(args) if args.model == "random-v3" else make_engine(spec)
+                      dtype=args.dtype, encoder_backend=args.encoder_backend, pack=True,
+                      parakeet_backend=args.parakeet_backend, profiles=args.profiles)
+    engine = random_v3_engine(spec) if args.model == "random-v3" else make_engine(spec)
     options = ServerOptions(max_upload_mb=4096, max_audio_s=5 * 3600, max_inflight=1024)
     asyncio.run(serve(OfflineTranscriber(engine, args.max_batch or None), "127.0.0.1", 0, options,
                       lambda url: print(f"READY {url} {engine.name}", flush=True)))
 
 
 def speech(seconds: float, seed: int) -> np.ndarray:
-    from tests.corpus import SOUNDS
-
+    try:
+        from tests.corpus import SOUNDS  # needs pytest
+    except ImportError:
+        SOUNDS = Path("/nonexistent")
     if SOUNDS.is_dir():
         from bench.offline_audio import speech_track
 
         return speech_track(seconds, seed=seed)[0]
     # No Asterisk prompts here (the GPU machine): speech-like harmonics with pauses in room tone.
-    rng = np.random.default_rng(seed)
     n = int(seconds * 16000)
+    if seconds > 300:  # long clips repeat 5 minutes (the model's cost does not depend on the words)
+        return np.resize(speech(300, seed), n)
+    rng = np.random.default_rng(seed)
     t = np.arange(n) / 16000
     f0 = 100 + 80 * rng.random()
     voiced = (np.sin(2 * np.pi * 0.4 * t + rng.random() * 6) > -0.3).astype(np.float32)
@@ -115,7 +142,8 @@ def wav_bytes(audio: np.ndarray) -> bytes:
 def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str, str]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--serve", "--engine", args.engine, "--device",
            args.device, "--model", args.model, "--max-batch", str(args.max_batch), "--dtype", args.dtype,
-           "--encoder-backend", args.encoder_backend]
+           "--encoder-backend", args.encoder_backend, "--parakeet-backend", args.parakeet_backend,
+           "--profiles", args.profiles]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
@@ -199,9 +227,15 @@ def main() -> None:
     ap.add_argument("--model", default="", help="whisper: CTranslate2 dir; parakeet: checkpoint (folder or .nemo)")
     ap.add_argument("--dtype", default="float32", help="parakeet: float32 | bfloat16")
     ap.add_argument("--encoder-backend", default="eager", help="parakeet: eager | compiled | onnx | tensorrt")
+    ap.add_argument("--parakeet-backend", default="auto", choices=("auto", "fast", "general"),
+                    help="parakeet: fast (profiled GPU encoder), general, auto (fast on CUDA)")
+    ap.add_argument("--profiles", default="", help="parakeet fast: encoder profiles name=BATCHxFRAMES,... "
+                                                   "(default: 10/20/30 s at the max batch)")
     ap.add_argument("--max-batch", type=int, default=0, help="windows per engine call (0: the engine's default)")
     ap.add_argument("--plan", default=DEFAULT_PLAN, help="clip_s:concurrency,...;... (default %(default)s)")
     ap.add_argument("--min-audio-s", type=float, default=240.0, help="audio per level at least (repeats rounds)")
+    ap.add_argument("--max-rounds", type=int, default=4, help="rounds of C requests per level at most")
+    ap.add_argument("--name", default=None, help="result file name (default transcribe_server_ENGINE_DEVICE)")
     ap.add_argument("--price", type=float, default=None, help="USD per machine hour")
     ap.add_argument("--out", default=None, help="results folder (default bench/results)")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -209,22 +243,34 @@ def main() -> None:
     if args.serve:
         return serve_main(args)
     price = args.price if args.price is not None else PRICES["cuda" if args.device.startswith("cuda") else "cpu"]
+    name = args.name or f"transcribe_server_{args.engine}_{'gpu' if args.device.startswith('cuda') else 'cpu'}"
+    t_start = time.perf_counter()
     proc, url, model = start_server(args)
+    startup_s = round(time.perf_counter() - t_start, 1)
+    print(f"server ready in {startup_s} s", flush=True)
     rows: list[dict[str, Any]] = []
+    data: dict[str, Any] = {"engine": args.engine, "model": model, "device": args.device, "price_usd_per_hour": price,
+                            "plan": args.plan, "server_startup_s": startup_s, "results": rows}
+    if args.engine == "parakeet":
+        data.update(parakeet_backend=args.parakeet_backend, profiles=args.profiles, dtype=args.dtype)
+    from bench.offline_report import save
+
     try:
         for clip_s, levels in parse_plan(args.plan):
-            clips = [wav_bytes(speech(clip_s, seed)) for seed in range(min(8, max(levels)))]
+            distinct = min(8, max(levels)) if clip_s < 600 else min(2, max(levels))  # long clips: few, to save time
+            clips = [wav_bytes(speech(clip_s, seed)) for seed in range(distinct)]
             asyncio.run(run_level(url, model, clips[:1], clip_s, 1, 1))  # warm-up
             for c in levels:
                 rounds = max(1, math.ceil(args.min_audio_s / (clip_s * c)))
                 cpu0 = cpu_seconds(proc.pid)
-                row = asyncio.run(run_level(url, model, clips, clip_s, c, c * min(rounds, 4)))
+                row = asyncio.run(run_level(url, model, clips, clip_s, c, c * min(rounds, args.max_rounds)))
                 cpu1 = cpu_seconds(proc.pid)
                 row["usd_per_audio_hour"] = round(price / row["audio_s_per_wall_s"], 5)
                 if cpu0 is not None and cpu1 is not None:  # robust to other load on a shared machine
                     row["server_cpu_s"] = round(cpu1 - cpu0, 2)
                     row["audio_s_per_server_cpu_s"] = round(row["requests"] * clip_s / (cpu1 - cpu0), 2)
                 rows.append(row)
+                save(name, data, args.out)  # partial results survive a run cut short
                 print(f"clip {clip_s:6g} s  x{c:<3d}: {row['audio_s_per_wall_s']:8.1f} audio s/s  "
                       f"p50 {row['latency_p50_s']:7.2f} s  p90 {row['latency_p90_s']:7.2f} s  "
                       f"batch {row['windows_per_batch']:5.2f}  {row.get('audio_s_per_server_cpu_s', 0):6.1f} audio s/cpu s  "
@@ -249,12 +295,9 @@ def main() -> None:
         print(f"{clip_s:g} s clips: best {best['audio_s_per_wall_s']} audio s/s at x{best['concurrency']} "
               f"({summary[f'{clip_s:g}s']['best_vs_concurrency_1']}x concurrency 1); "
               f"${best['usd_per_audio_hour']:.4f} per audio hour at ${price}/h")
-    name = f"transcribe_server_{args.engine}_{'gpu' if args.device.startswith('cuda') else 'cpu'}"
-    data = {"engine": args.engine, "model": model, "device": args.device, "price_usd_per_hour": price,
-            "plan": args.plan, "results": rows, "summary": summary}
-    from bench.offline_report import save
-
-    print(f"wrote {save(name, data, args.out)}")
+    data["summary"] = summary
+    data["total_wall_s"] = round(time.perf_counter() - t_start, 1)
+    print(f"wrote {save(name, data, args.out)} ({data['total_wall_s']} s in all)")
 
 
 if __name__ == "__main__":

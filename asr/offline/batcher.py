@@ -15,7 +15,7 @@ import itertools
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,8 +64,16 @@ class WindowBatcher:
 
     async def transcribe(self, windows: Sequence[np.ndarray], language: str | None) -> list[list[Word]]:
         """Words of each window (window-relative times), in order."""
+        return [words async for words in self.stream(windows, language)]
+
+    async def stream(self, windows: Sequence[np.ndarray], language: str | None) -> AsyncIterator[list[Word]]:
+        """Words of each window as soon as it and every window before it are done, in order.
+
+        Leaving early (an error, a cancellation, closing the iterator) withdraws the windows not
+        yet taken by the engine, so an abandoned request costs at most the batch in progress.
+        """
         if not windows:
-            return []
+            return
         loop = asyncio.get_running_loop()
         request = next(self._ids)
         items = [_Item(request, w, language, loop.create_future(), loop) for w in windows]
@@ -75,10 +83,19 @@ class WindowBatcher:
             self._pending[request] = deque(items)
             self._cond.notify()
         try:
-            return list(await asyncio.gather(*(i.future for i in items)))
+            for it in items:
+                yield await it.future
         finally:
             with self._cond:  # a cancelled request leaves nothing behind
                 self._pending.pop(request, None)
+            for it in items:
+                it.future.cancel()  # results still in flight are dropped, unread errors are not logged
+
+    @property
+    def queued_windows(self) -> int:
+        """Windows waiting for the engine (not counting the batch in progress)."""
+        with self._cond:
+            return sum(len(q) for q in self._pending.values())
 
     def close(self) -> None:
         with self._cond:

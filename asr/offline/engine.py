@@ -38,7 +38,9 @@ class EngineSpec:
     device: str = "cpu"
     compute_type: str = "int8"  # whisper only
     dtype: str = "float32"  # parakeet only
-    encoder_backend: str = "eager"  # parakeet only
+    encoder_backend: str = "eager"  # parakeet, general backend only
+    parakeet_backend: str = "auto"  # fast (profiled GPU encoder + graph decoder) | general | auto: fast on CUDA
+    profiles: str = ""  # parakeet fast backend: encoder shape profiles (``name=BATCHxFRAMES,...``; empty: default)
     max_batch: int = 0  # 0: the engine's default
     max_window_s: float = 0.0  # 0: the engine's default
     pack: bool = False  # fixed-length engines: pack windows of several requests into one input (opt-in)
@@ -51,7 +53,24 @@ def make_engine(spec: EngineSpec) -> WindowEngine:
 
         return WhisperWindowEngine.load(spec)
     if spec.engine == "parakeet":
+        if parakeet_backend(spec) == "fast":
+            from asr.offline.parakeet_fast import FastParakeetWindowEngine
+
+            return FastParakeetWindowEngine.load(spec)
         from asr.offline.parakeet_engine import ParakeetWindowEngine
 
         return ParakeetWindowEngine.load(spec)
     raise ValueError(f"unknown engine {spec.engine!r}: expected whisper or parakeet")
+
+
+PARAKEET_BACKENDS = ("auto", "fast", "general")
+
+
+def parakeet_backend(spec: EngineSpec) -> str:
+    """``fast`` or ``general``: what ``spec.parakeet_backend`` means on ``spec.device`` (auto: fast on CUDA)."""
+    backend = spec.parakeet_backend.strip().lower() or "auto"
+    if backend not in PARAKEET_BACKENDS:
+        raise ValueError(f"unknown parakeet backend {spec.parakeet_backend!r}: expected {', '.join(PARAKEET_BACKENDS)}")
+    if backend == "auto":
+        return "fast" if spec.device.startswith("cuda") else "general"
+    return backend

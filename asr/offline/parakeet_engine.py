@@ -7,6 +7,7 @@ relative to each window. Imports nothing of pipecat, so it runs on a bare GPU ma
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,11 @@ import numpy as np
 from asr.offline.engine import EngineSpec
 from asr.offline.plan import PlanOptions
 from asr.offline.results import Word
+
+
+def offline_words(words: Iterable[Any]) -> list[Word]:
+    """Parakeet words (``asr.parakeet.tokenizer.Word``) as offline words, each with its leading space."""
+    return [Word(float(w.start), float(w.end), " " + w.text) for w in words]
 
 
 class ParakeetWindowEngine:
@@ -44,4 +50,4 @@ class ParakeetWindowEngine:
         if not windows:
             return []
         results = self.engine.transcribe(windows, batch_size=len(windows))
-        return [[Word(float(w.start), float(w.end), " " + w.text) for w in r.words] for r in results]
+        return [offline_words(r.words) for r in results]

@@ -9,8 +9,10 @@ for a fixed-length engine).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +34,12 @@ class Timings:
     asr_s: float = 0.0
     windows: int = 0
     voiced_s: float = 0.0
+
+
+def timings_header(t: Timings, audio_s: float) -> str:
+    """The ``x-cadence-timings`` header: where a request's time went."""
+    return json.dumps({"decode_s": round(t.decode_s, 4), "plan_s": round(t.plan_s, 4), "asr_s": round(t.asr_s, 4),
+                       "windows": t.windows, "voiced_s": round(t.voiced_s, 2), "audio_s": round(audio_s, 3)})
 
 
 def _prepare(engine: WindowEngine, audio: np.ndarray) -> tuple[list[Window], list[np.ndarray]]:
@@ -63,6 +71,22 @@ class OfflineTranscriber:
         timings.windows = len(windows)
         timings.voiced_s = sum(w.length for w in windows) / self.engine.sample_rate
         return _finish(self.engine, windows, words, len(audio), language)
+
+    async def stream_audio(self, audio: np.ndarray, language: str | None,
+                           timings: Timings | None = None) -> AsyncIterator[list[Word]]:
+        """Each window's words on the file's clock (kept once, as in the transcript), in window order."""
+        timings = timings or Timings()
+        t0 = time.perf_counter()
+        windows, clips = await asyncio.to_thread(_prepare, self.engine, audio)
+        t1 = time.perf_counter()
+        timings.plan_s, timings.windows = t1 - t0, len(windows)
+        timings.voiced_s = sum(w.length for w in windows) / self.engine.sample_rate
+        async with aclosing(self.batcher.stream(clips, language)) as results:
+            k = 0
+            async for words in results:
+                yield place_words(windows[k], words, self.engine.sample_rate)
+                k += 1
+        timings.asr_s = time.perf_counter() - t1
 
     async def transcribe_file(self, path: str | Path, language: str | None,
                               timings: Timings | None = None) -> Transcript:

@@ -11,7 +11,6 @@ every request in flight share the engine through the batcher.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass
 
@@ -21,11 +20,14 @@ from asr.offline.budget import AudioBudget
 from asr.offline.decode import AudioTooLongError, decode_file, probe
 from asr.offline.errors import ApiError
 from asr.offline.formats import RESPONSE_FORMATS, render
-from asr.offline.pipeline import OfflineTranscriber, Timings
+from asr.offline.pipeline import OfflineTranscriber, Timings, timings_header
+from asr.offline.server_stream import stream_transcript
 from asr.offline.upload import Upload, read_upload
 from transports.audio_io import AudioFileError
 
 log = logging.getLogger("cadence.transcribe_server")
+
+STREAM_FORMATS = ("json", "text")
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class Params:
     response_format: str
     language: str | None
     words: bool
+    stream: bool = False
 
 
 def parse_params(upload: Upload, model_names: tuple[str, ...], languages: frozenset[str] | None) -> Params:
@@ -61,8 +64,13 @@ def parse_params(upload: Upload, model_names: tuple[str, ...], languages: frozen
     if fmt not in RESPONSE_FORMATS:
         raise ApiError(400, f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, not {fmt!r}",
                        param="response_format")
-    if (upload.get("stream") or "false").strip().lower() in ("true", "1"):
-        raise ApiError(400, "streaming transcription is not supported by this server", param="stream")
+    stream = (upload.get("stream") or "false").strip().lower()
+    if stream not in ("true", "false", "1", "0"):
+        raise ApiError(400, f"stream must be true or false, not {stream!r}", param="stream")
+    streamed = stream in ("true", "1")
+    if streamed and fmt not in STREAM_FORMATS:
+        raise ApiError(400, f"stream=true sends transcript.text.delta events and works with response_format "
+                            f"json or text, not {fmt!r}; drop stream for {fmt}", param="stream")
     language = (upload.get("language") or "").strip().lower() or None
     if language is not None and languages is not None and language not in languages:
         raise ApiError(400, f"this model transcribes {', '.join(sorted(languages))} only, not {language!r}",
@@ -78,7 +86,7 @@ def parse_params(upload: Upload, model_names: tuple[str, ...], languages: frozen
     words = "word" in granularities
     if words and fmt != "verbose_json":
         raise ApiError(400, "word timestamps need response_format=verbose_json", param="timestamp_granularities")
-    return Params(fmt, language, words)
+    return Params(fmt, language, words, streamed)
 
 
 class TranscriptionServer:
@@ -110,7 +118,8 @@ class TranscriptionServer:
         stats = self.transcriber.batcher.stats
         return web.json_response({"status": "ok", "model": self.model_names[0], "inflight": self.inflight,
                                   "batches": stats.batches, "windows": stats.windows,
-                                  "engine_inputs": stats.inputs})
+                                  "engine_inputs": stats.inputs,
+                                  "queued_windows": self.transcriber.batcher.queued_windows})
 
     async def transcriptions(self, request: web.Request) -> web.Response:
         if self.inflight >= self.options.max_inflight:
@@ -121,20 +130,21 @@ class TranscriptionServer:
         try:
             upload = await read_upload(request, int(self.options.max_upload_mb * 1e6), self.options.tmp_dir)
             params = parse_params(upload, self.model_names, self.transcriber.engine.languages)
-            return await self._transcribe(upload, params)
+            return await self._transcribe(request, upload, params)
         finally:
             self.inflight -= 1
             if upload is not None:
                 upload.cleanup()
 
-    async def _transcribe(self, upload: Upload, params: Params) -> web.Response:
+    async def _transcribe(self, request: web.Request, upload: Upload, params: Params) -> web.StreamResponse:
         info = await asyncio.to_thread(probe, upload.path)
         # Unknown until decoded (containers libsndfile cannot read): guess from the size at 16 kbit/s.
         seconds = info.duration if info is not None else upload.size / 2000
         async with self.budget.reserve(min(seconds, self.options.max_audio_s)):
-            return await self._decode_and_transcribe(upload, params)
+            return await self._decode_and_transcribe(request, upload, params)
 
-    async def _decode_and_transcribe(self, upload: Upload, params: Params) -> web.Response:
+    async def _decode_and_transcribe(self, request: web.Request, upload: Upload,
+                                     params: Params) -> web.StreamResponse:
         timings = Timings()
         loop = asyncio.get_running_loop()
         t0 = loop.time()
@@ -149,11 +159,11 @@ class TranscriptionServer:
                            code="invalid_audio") from None
         timings.decode_s = loop.time() - t0
         upload.cleanup()  # the disk copy is no longer needed
+        if params.stream:
+            return await stream_transcript(request, self.transcriber, audio, params.language, timings)
         transcript = await self.transcriber.transcribe_audio(audio, params.language, timings)
         body, content_type = render(transcript, params.response_format, params.words)
-        header = json.dumps({"decode_s": round(timings.decode_s, 4), "plan_s": round(timings.plan_s, 4),
-                             "asr_s": round(timings.asr_s, 4), "windows": timings.windows,
-                             "voiced_s": round(timings.voiced_s, 2), "audio_s": round(transcript.duration, 3)})
+        header = timings_header(timings, transcript.duration)
         return web.Response(text=body, content_type=content_type, headers={"x-cadence-timings": header})
 
 

@@ -1,0 +1,170 @@
+"""Parakeet-TDT on the profiled GPU encoder as an offline window engine (``--parakeet-backend fast``).
+
+On CUDA the windows go to ``asr.parakeet.gpu.offline.GpuTranscriber``: features + FastConformer
+compiled and captured as one CUDA graph per shape profile, the graph decoder, encoder and decoder
+pipelined on two streams. Each window goes to the shortest profile that holds it (a 10 s window
+never pays for 30 s); the windows of one profile are padded to their longest and handed over as
+one batch, which ``plan_batches`` splits over the profile's batch size. Tokens come back per
+window and become words exactly as on the general path (``group_words`` on encoder frames).
+
+Nothing CUDA-only is imported before ``load`` is asked for a CUDA device; on the CPU the same
+mapping runs through ``ProfiledTranscriber`` (eager, for tests and toy runs).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from asr.offline.engine import EngineSpec
+from asr.offline.parakeet_engine import offline_words
+from asr.offline.plan import PlanOptions
+from asr.offline.results import Word
+from asr.parakeet.gpu.profiles import HOP, ShapeProfile, parse_profiles
+
+if TYPE_CHECKING:
+    import torch
+
+    from asr.parakeet.decoder import DecodedSeq
+
+log = logging.getLogger(__name__)
+
+
+def default_profiles(max_batch: int) -> str:
+    """Offline profiles: windows up to ~10, ~20 and ~30 s (frames multiples of 64), ``max_batch`` each."""
+    return f"w10={max_batch}x1024,w20={max_batch}x2048,w30={max_batch}x3008"
+
+
+class TokenTranscriber(Protocol):
+    """What ``GpuTranscriber`` offers: padded batches in, one token sequence per clip out, in order."""
+
+    profiles: list[ShapeProfile]
+
+    def transcribe(self, batches: Iterable[tuple[torch.Tensor, np.ndarray]]) -> list[DecodedSeq]: ...
+
+
+def profile_groups(lengths: Sequence[int], profiles: Sequence[ShapeProfile]) -> list[list[int]]:
+    """Window indices grouped by the shortest profile (in frames) that holds each, shortest first.
+
+    Inside a group the longest window comes first; a window longer than every profile is a ValueError.
+    """
+    classes = sorted({p.frames for p in profiles})
+    groups: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        frames = int(n) // HOP + 1
+        fit = next((c for c in classes if c >= frames), None)
+        if fit is None:
+            raise ValueError(f"a window of {frames} feature frames exceeds every encoder profile (max {classes[-1]})")
+        groups.setdefault(fit, []).append(i)
+    return [sorted(groups[c], key=lambda i: -int(lengths[i])) for c in sorted(groups)]
+
+
+def padded_batch(clips: Sequence[np.ndarray]) -> tuple[torch.Tensor, np.ndarray]:
+    """Clips as one zero-padded ``(b, longest)`` float32 tensor and their lengths."""
+    import torch
+
+    lengths = np.array([len(c) for c in clips], dtype=np.int64)
+    audio = np.zeros((len(clips), int(lengths.max())), dtype=np.float32)
+    for row, clip in zip(audio, clips, strict=True):
+        row[: len(clip)] = clip
+    return torch.from_numpy(audio), lengths
+
+
+class FastParakeetWindowEngine:
+    languages = None  # v3 detects among its languages; v2 is English and ignores the hint
+    fixed_window_s = None  # cost follows the length (per profile): batch by length, never pack
+
+    def __init__(self, transcriber: TokenTranscriber, tokenizer: Any, frame_seconds: float, name: str,
+                 max_batch: int, plan: PlanOptions, sample_rate: int = 16000) -> None:
+        self.transcriber = transcriber
+        self.tokenizer = tokenizer
+        self.frame_seconds = frame_seconds
+        self.name = name
+        self.max_batch = max_batch
+        self.plan = plan
+        self.sample_rate = sample_rate
+
+    @classmethod
+    def load(cls, spec: EngineSpec) -> FastParakeetWindowEngine:
+        if not spec.model:
+            raise ValueError("the parakeet engine needs --model: a checkpoint folder, .nemo file or Hub id")
+        import torch
+
+        from asr.parakeet.loading import load_parakeet, parse_dtype
+
+        checkpoint = load_parakeet(spec.model, device="cpu", dtype=torch.float32)
+        check_features(checkpoint.features)
+        max_batch = spec.max_batch or (64 if spec.device.startswith("cuda") else 8)
+        transcriber = make_transcriber(checkpoint.model, spec.profiles or default_profiles(max_batch), spec.device,
+                                       parse_dtype(spec.dtype))
+        base = os.path.basename(os.path.normpath(spec.model)).removesuffix(".nemo") or "parakeet-tdt"
+        engine = cls(transcriber, checkpoint.tokenizer, checkpoint.frame_seconds, base, max_batch,
+                     plan_for(transcriber.profiles, spec.max_window_s), checkpoint.features.sample_rate)
+        engine.warmup(full=spec.device.startswith("cuda"))
+        return engine
+
+    def warmup(self, full: bool = True) -> None:
+        """Build every profile (``full``: at its whole batch, so graphs and decoders exist before serving)."""
+        import torch
+
+        for p in self.transcriber.profiles:
+            t0 = time.perf_counter()
+            b = p.batch if full else 1
+            self.transcriber.transcribe([(torch.zeros(b, p.samples), np.full(b, p.samples))])
+            log.info("parakeet fast: profile %s ready in %.1f s", p.spec(), time.perf_counter() - t0)
+
+    def transcribe_windows(self, windows: list[np.ndarray], language: str | None) -> list[list[Word]]:
+        if not windows:
+            return []
+        groups = profile_groups([len(w) for w in windows], self.transcriber.profiles)
+        seqs = self.transcriber.transcribe(padded_batch([windows[i] for i in g]) for g in groups)
+        order = [i for g in groups for i in g]
+        words: list[list[Word]] = [[] for _ in windows]
+        for i, seq in zip(order, seqs, strict=True):
+            words[i] = self.words(seq)
+        return words
+
+    def words(self, seq: DecodedSeq) -> list[Word]:
+        """Window-relative words of one token sequence, as ``ParakeetEngine.result`` groups them."""
+        from asr.parakeet.tokenizer import group_words
+
+        return offline_words(group_words(self.tokenizer, seq.tokens, seq.frames, seq.durations, self.frame_seconds))
+
+
+def plan_for(profiles: Sequence[ShapeProfile], max_window_s: float = 0.0, rate: int = 16000) -> PlanOptions:
+    """Plan options whose windows fit the longest profile (30 s by default, shorter if it is)."""
+    longest = max(p.samples for p in profiles) / rate
+    window = min(max_window_s or 30.0, longest)
+    try:
+        return PlanOptions(max_window_s=window)
+    except ValueError:
+        raise ValueError(f"the longest encoder profile holds {longest:.1f} s; offline windows need more than "
+                         f"{2 * PlanOptions.overlap_s + PlanOptions.search_s:g} s") from None
+
+
+def check_features(features: Any) -> None:
+    """The profiled front end computes NeMo's default log-mel (hop 160 at 16 kHz, per-feature norm) only."""
+    from asr.parakeet.features import FeatureConfig
+
+    want = FeatureConfig(n_mels=features.n_mels, n_fft=features.n_fft, win_length=features.win_length,
+                         preemphasis=features.preemphasis)
+    if features != want:
+        raise ValueError(f"the fast parakeet backend needs 16 kHz, hop 160, per-feature normalized features; "
+                         f"this checkpoint has {features}: use --parakeet-backend general")
+
+
+def make_transcriber(model: Any, profiles: str, device: str, dtype: Any) -> TokenTranscriber:
+    """``GpuTranscriber`` on CUDA (compiled, graphed); ``ProfiledTranscriber`` (eager) elsewhere."""
+    shapes = parse_profiles(profiles)
+    if device.startswith("cuda"):
+        from asr.parakeet.gpu.offline import GpuTranscriber
+
+        return GpuTranscriber(model, shapes, device=device, dtype=dtype)
+    from asr.offline.profiled_cpu import ProfiledTranscriber
+
+    return ProfiledTranscriber(model, shapes, device=device, dtype=dtype)

@@ -1,0 +1,101 @@
+"""The fast Parakeet backend's adapter on the CPU: window -> profile mapping, tokens -> words.
+
+``GpuTranscriber`` needs CUDA; ``ProfiledTranscriber`` keeps its contract (profiles chosen by
+``plan_batches``, audio padded to the profile's shape, the same FastConformer) on the CPU, so the
+adapter around it must give exactly the general path's words on a tiny random Parakeet.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from asr.offline.engine import EngineSpec, parakeet_backend
+from tests.offline.settings import ROOT
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+PROFILES = "a=2x256,b=3x512,c=2x1024"  # up to 2.5 s, 5.1 s and 10.2 s; small batches force splits
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from asr.parakeet.tiny import make_tiny_checkpoint
+
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt")
+
+
+def test_backend_choice() -> None:
+    assert parakeet_backend(EngineSpec(engine="parakeet", device="cuda:1")) == "fast"
+    assert parakeet_backend(EngineSpec(engine="parakeet", device="cpu")) == "general"
+    assert parakeet_backend(EngineSpec(engine="parakeet", device="cuda", parakeet_backend="general")) == "general"
+    assert parakeet_backend(EngineSpec(engine="parakeet", device="cpu", parakeet_backend="FAST")) == "fast"
+    with pytest.raises(ValueError, match="unknown parakeet backend"):
+        parakeet_backend(EngineSpec(parakeet_backend="turbo"))
+
+
+def test_windows_go_to_the_shortest_profile_that_holds_them() -> None:
+    from asr.offline.parakeet_fast import plan_for, profile_groups
+    from asr.parakeet.gpu.profiles import parse_profiles
+
+    profiles = parse_profiles(PROFILES)
+    hop = 160
+    lengths = [255 * hop, 256 * hop, 100, 511 * hop, 1023 * hop, 300 * hop, 2 * hop]
+    # frames = samples // 160 + 1: 256 fits a (256), 257 needs b, 512 fits b, 1024 fits c.
+    assert profile_groups(lengths, profiles) == [[0, 6, 2], [3, 5, 1], [4]]
+    with pytest.raises(ValueError, match="exceeds every encoder profile"):
+        profile_groups([1024 * hop], profiles)
+    assert plan_for(profiles).max_window_s == pytest.approx(1023 * hop / 16000)
+    assert plan_for(parse_profiles("x=8x30016"), 0.0).max_window_s == 30.0
+    with pytest.raises(ValueError, match="longest encoder profile"):
+        plan_for(parse_profiles("x=8x512"))
+
+
+def test_fast_adapter_gives_the_general_paths_words(tiny: Path) -> None:
+    from asr.offline.engine import make_engine
+    from asr.offline.parakeet_engine import ParakeetWindowEngine
+    from asr.offline.parakeet_fast import FastParakeetWindowEngine
+    from bench.offline_audio import speech_track
+
+    general = make_engine(EngineSpec(engine="parakeet", model=str(tiny), device="cpu"))
+    fast = make_engine(EngineSpec(engine="parakeet", model=str(tiny), device="cpu", parakeet_backend="fast",
+                                  profiles=PROFILES))
+    assert isinstance(general, ParakeetWindowEngine) and isinstance(fast, FastParakeetWindowEngine)
+    assert fast.plan.max_window_s <= 10.23 and fast.name == general.name
+    audio, _ = speech_track(40, seed=5)
+    seconds = [0.4, 2.5, 2.6, 4.0, 5.1, 6.0, 9.9, 10.2, 1.0, 3.3, 7.7]  # 5 to c: split over its batch of 2
+    windows = [audio[int(i * 16000):int((i + s) * 16000)] for i, s in enumerate(seconds)]
+    want = general.transcribe_windows(windows, None)
+    got = fast.transcribe_windows(windows, None)
+    assert sum(map(len, want)) > 20
+    assert got == want  # same text, same frame times, same leading spaces
+    assert fast.transcribe_windows([], None) == []
+
+
+def test_cpu_fast_backend_never_imports_cuda_code(tiny: Path) -> None:
+    """On the CPU the fast backend runs without the CUDA-only modules (graph decoder, GPU transcriber)."""
+    code = (
+        "import sys; from asr.offline.engine import EngineSpec, make_engine\n"
+        f"e = make_engine(EngineSpec(engine='parakeet', model={str(tiny)!r}, device='cpu',"
+        f" parakeet_backend='fast', profiles='a=1x1024'))\n"
+        "import numpy as np; e.transcribe_windows([np.zeros(16000, np.float32)], None)\n"
+        "bad = [m for m in ('asr.parakeet.gpu.offline', 'asr.parakeet.gpu.graph_decoder') if m in sys.modules]\n"
+        "assert not bad, bad; print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+def test_the_fast_backend_rejects_other_front_ends() -> None:
+    from asr.offline.parakeet_fast import check_features
+    from asr.parakeet.features import FeatureConfig
+
+    check_features(FeatureConfig(n_mels=80))
+    with pytest.raises(ValueError, match="--parakeet-backend general"):
+        check_features(FeatureConfig(hop_length=320))
+    assert np.isfinite(FeatureConfig().log_guard)
