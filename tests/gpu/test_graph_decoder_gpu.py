@@ -29,7 +29,7 @@ def test_graph_modes_match_plain_loop(mode: str, blank_bias: float) -> None:
     if mode == "conditional":
         pytest.importorskip("cuda.bindings")
     decoder = _decoder(blank_bias)
-    graph = GraphDecoder(decoder, mode=mode)
+    graph = GraphDecoder(decoder, mode=mode, step="torch")  # bitwise the plain loop
     gen = torch.Generator(device="cpu").manual_seed(0)
     for batch, frames in ((1, 40), (7, 90), (3, 20)):  # the third fits the grown state: no re-capture
         enc = torch.randn(batch, frames, decoder.joint_hidden, generator=gen).to("cuda")
@@ -52,7 +52,7 @@ def test_graph_modes_match_plain_loop(mode: str, blank_bias: float) -> None:
 def test_graph_decoder_streaming_carry_matches_plain_loop() -> None:
     pytest.importorskip("cuda.bindings")
     decoder = _decoder(0.08)
-    graph = GraphDecoder(decoder, mode="auto")
+    graph = GraphDecoder(decoder, mode="auto", step="torch")
     gen = torch.Generator(device="cpu").manual_seed(1)
     enc = torch.randn(2, 60, decoder.joint_hidden, generator=gen).to("cuda")
     carry_ref = carry_graph = None
