@@ -15,6 +15,11 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="model dir or checkpoint (default: asr.model; empty: embedded Whisper tiny.en)")
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: asr.device)")
     p.add_argument("--max-batch", type=int, default=0, help="windows per engine call (default: the engine's)")
+    p.add_argument("--parakeet-backend", choices=("auto", "fast", "general"), default="auto",
+                   help="parakeet: fast (profiled, graphed GPU encoder), general (ParakeetEngine); "
+                        "auto: fast on CUDA, general on the CPU")
+    p.add_argument("--profiles", default="", help="parakeet fast: encoder profiles name=BATCHxFRAMES,... "
+                                                  "(default: ~10/20/30 s windows at the max batch)")
     p.add_argument("--pack", action="store_true",
                    help="Whisper: pack short windows of different requests/files into one 30 s input "
                         "(~1.6x throughput on short clips; mixes callers' audio in one model input, and a "
@@ -29,6 +34,7 @@ def _engine_spec(args: argparse.Namespace, config: Any) -> Any:
         engine=args.engine or asr.engine, model=args.model if args.model is not None else asr.model,
         device=args.device or asr.device, compute_type=asr.compute_type, dtype=asr.dtype,
         encoder_backend=asr.encoder_backend, max_batch=args.max_batch, pack=args.pack,
+        parakeet_backend=args.parakeet_backend, profiles=args.profiles,
     )
 
 
