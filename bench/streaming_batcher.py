@@ -550,10 +550,15 @@ def main() -> None:
     parser.add_argument("--carry-bank", default="auto", choices=["auto", "on", "off"])
     parser.add_argument("--clips", type=int, default=32, help="distinct audio clips the callers share")
     parser.add_argument("--loop", default="auto", choices=["auto", "asyncio", "uvloop"])
+    parser.add_argument("--switch-interval", type=float, default=None,
+                        help="sys.setswitchinterval seconds (Python's default 0.005): the GIL hand-off between "
+                             "the event loop and the batcher's worker thread")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     args.model = args.model or ("v3" if args.device == "cuda" else "tiny")
     logging.basicConfig(level=logging.WARNING)
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     if not os.environ.get("CADENCE_COMMIT"):
         os.environ["CADENCE_COMMIT"] = git_commit() or "unknown"
 
@@ -581,6 +586,7 @@ def main() -> None:
         "engine": {"device": str(engine.device), "dtype": str(engine.dtype), "encoder": engine.encoder.name,
                    "decoder_dtype": args.decoder_dtype, "graph_mode": args.graph_mode},
         "event_loop": loop_name,
+        "switch_interval_s": sys.getswitchinterval(),
         "pipecat_imported": "pipecat" in sys.modules,
         "build_s": build,
         "emission": emission,
