@@ -452,7 +452,7 @@ def fmt(value: float | None, width: int = 7) -> str:
 
 def print_table(rows: list[dict[str, Any]], target_ms: float) -> None:
     print(f"\n{'callers':>7} | {'partial p50 p95 p99 ms':>23} | {'final p50 p95 p99 ms':>23} | {'cover':>5} "
-          f"{'batch':>6} {'tick/s':>6} | {'tick':>6} {'enc':>6} {'dec':>6} {'glue':>6} {'h2d':>5} {'loop':>5} "
+          f"{'batch':>6} {'tick/s':>6} | {'tick':>6} {'enc':>6} {'dec':>6} {'glue':>6} {'p+h2d':>5} {'loop':>5} "
           f"| {'late99':>6} {'cpu':>4} {'finals':>6} ok")
     for r in rows:
         split = r["profile"].get("split_mean_ms", {})
@@ -463,8 +463,8 @@ def print_table(rows: list[dict[str, Any]], target_ms: float) -> None:
               f"{fmt(split.get('host_glue_ms'), 6)} {fmt(split.get('of_which_pad_h2d_ms'), 5)} "
               f"{fmt(split.get('of_which_event_loop_ms'), 5)} | {fmt(r['feed_late_p99_ms'], 6)} {r['cpu_util']:4.2f} "
               f"{r['finals']:6d} {'yes' if row_ok(r, target_ms) else 'no'}")
-    print("(tick = mean batcher tick wall ms = enc + dec + glue; enc/dec: GPU spans on CUDA; glue includes h2d "
-          "(pad + host-to-device) and loop (event-loop side: windows, apply, text, callbacks); "
+    print("(tick = mean batcher tick wall ms = enc + dec + glue; enc/dec: GPU spans on CUDA; glue includes p+h2d "
+          "(pad_batch + host-to-device copy) and loop (event-loop side: windows, apply, text, callbacks); "
           "late99: p99 ms the callers' feeds ran late)")
 
 
