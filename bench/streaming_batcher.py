@@ -137,10 +137,14 @@ class TickProfiler:
             finally:
                 self.mark("end")
 
-        import asr.parakeet.batcher as batcher_module  # process() calls the module's pad_batch: time it there
+        staging = getattr(batcher, "_staging", None)  # process() stages windows into a reused pinned buffer
+        if staging is not None:
+            staging.stage = self._around(staging.stage, "pad")  # type: ignore[method-assign]
+        else:  # older batchers called the module's pad_batch
+            import asr.parakeet.batcher as batcher_module
 
-        if not isinstance(batcher_module.pad_batch, _Around):
-            batcher_module.pad_batch = self._around(batcher_module.pad_batch, "pad")  # type: ignore[assignment]
+            if not isinstance(batcher_module.pad_batch, _Around):
+                batcher_module.pad_batch = self._around(batcher_module.pad_batch, "pad")  # type: ignore[assignment]
         batcher._tick = timed_tick  # type: ignore[method-assign]
         batcher.process = timed_process  # type: ignore[method-assign]
         engine.features = self._around(engine.features, "features")  # type: ignore[assignment]
@@ -170,8 +174,8 @@ class TickProfiler:
             values = {
                 "worker_ms": host("start", "end"),
                 "host_pad_h2d_ms": host("start", "features0"),  # pad_batch + copy to the device
-                "host_pad_ms": host("pad0", "pad1"),  # pad_batch: numpy windows -> one [B, N] host tensor
-                "host_h2d_ms": host("pad1", "features0"),  # pageable host-to-device copy of that tensor
+                "host_pad_ms": host("pad0", "pad1"),  # staging: numpy windows -> one [B, N] host tensor
+                "host_h2d_ms": host("pad1", "features0"),  # host-to-device copy of that tensor (enqueue)
                 "host_features_ms": host("features0", "features1"),
                 "host_encoder_ms": host("encoder0", "encoder1"),
                 "host_frames_ms": host("encoder1", "decoder0"),  # lengths to host (sync) + window bookkeeping

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from asr.parakeet.decoder import DecodedSeq, DecoderCarry
-from asr.parakeet.engine import ParakeetEngine, pad_batch
+from asr.parakeet.engine import ParakeetEngine
+from asr.parakeet.staging import AudioStaging
 from asr.parakeet.streaming import StreamConfig, StreamResult, StreamSession, WindowRequest
 
 if TYPE_CHECKING:
@@ -74,6 +75,8 @@ class StreamBatcher:
             final_pass=base.final_pass,
         )
         self.max_batch = max_batch
+        # windows batch into one reused host buffer, page-locked for an asynchronous copy on CUDA
+        self._staging = AudioStaging(pin=engine.device.type == "cuda")
         # Device-resident carries: on by default on CUDA (None), forced on/off by True/False.
         self.use_carry_bank = engine.device.type == "cuda" if carry_bank is None else bool(carry_bank)
         self._bank: CarryBank | None = None
@@ -236,11 +239,14 @@ class StreamBatcher:
         With the carry bank, ``slots`` are the sessions' bank rows (allocated here when not given) and
         the returned carries are :class:`BankedCarry` markers.
         """
-        audio, lengths = pad_batch([r.audio for r in requests])
+        audio, lengths = self._staging.stage([r.audio for r in requests])
         if audio.shape[1] == 0:
             audio = torch.zeros(len(requests), 1)
         self.stats.audio_s += float(lengths.sum()) / self.config.sample_rate
-        encoded = self.engine.encode(audio, lengths)
+        try:
+            encoded = self.engine.encode(audio, lengths)
+        finally:
+            self._staging.mark_used()
         enc_lengths = encoded.lengths.tolist()
         starts, ends = [], []
         for r, n in zip(requests, enc_lengths, strict=True):

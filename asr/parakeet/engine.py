@@ -129,7 +129,9 @@ class ParakeetEngine:
     def encode(self, audio: torch.Tensor, lengths: torch.Tensor) -> EncoderOutput:
         """Padded audio ``[B, N]`` (16 kHz float) -> projected encoder frames and their lengths."""
         with self._lock, torch.inference_mode():
-            feats, frames = self.features(audio.to(self.device), lengths.to(self.device))
+            # non_blocking: asynchronous from a pinned buffer (the batcher's staging), a plain copy otherwise
+            audio = audio.to(self.device, non_blocking=audio.is_pinned())
+            feats, frames = self.features(audio, lengths.to(self.device, non_blocking=lengths.is_pinned()))
             return self.encoder(feats, frames)
 
     def decode(

@@ -47,7 +47,9 @@ def available() -> bool:
 
 def supports(decoder: LabelLoopingDecoder) -> bool:
     """Whether the fused step handles this decoder's predictor (a plain LSTM with biases)."""
-    lstm = decoder.lstm
+    lstm = getattr(decoder, "lstm", None)
+    if not isinstance(lstm, torch.nn.LSTM):
+        return False
     return not lstm.proj_size and bool(lstm.bias) and not lstm.bidirectional
 
 

@@ -1,0 +1,37 @@
+"""The stream batcher's reusable staging buffer: same batch as pad_batch, no per-tick allocation."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from asr.parakeet.engine import pad_batch
+from asr.parakeet.staging import AudioStaging
+
+
+def test_stage_equals_pad_batch_and_zeroes_stale_tails() -> None:
+    staging = AudioStaging(pin=False)
+    rng = np.random.default_rng(0)
+    first = [rng.standard_normal(n).astype(np.float32) for n in (900, 300, 700)]
+    staging.stage(first)  # leaves non-zero audio in the buffer
+    second = [rng.standard_normal(n).astype(np.float32) for n in (200, 800)]
+    got, lengths = staging.stage(second)
+    want, want_lengths = pad_batch(second)
+    assert torch.equal(got, want) and torch.equal(lengths, want_lengths)
+
+
+def test_growing_windows_reallocate_rarely() -> None:
+    staging = AudioStaging(pin=False)
+    for width in range(100, 20_000, 100):  # an utterance's window grows every tick
+        got, _ = staging.stage([np.ones(width, np.float32)] * 4)
+        assert got.shape == (4, width)
+    assert staging.allocations <= 10
+    assert staging._buffer.shape[0] == 4  # rows grow only with the batch
+
+
+def test_empty_batches() -> None:
+    staging = AudioStaging(pin=False)
+    audio, lengths = staging.stage([])
+    assert audio.shape == (0, 0) and lengths.numel() == 0
+    audio, lengths = staging.stage([np.zeros(0, np.float32)])
+    assert audio.shape == (1, 0) and lengths.tolist() == [0]
