@@ -120,7 +120,7 @@ class StreamSession:
         spf = c.samples_per_frame
         if final:
             if c.final_pass and self.base_sample == 0 and self.total_samples <= (c.left_frames + c.chunk_frames) * spf:
-                return WindowRequest(self, self.audio.copy(), 0, 0, None, None, final=True, fresh=True)
+                return WindowRequest(self, self.audio, 0, 0, None, None, final=True, fresh=True)
             end_frame: int | None = None  # every remaining frame of the audio
             end_sample = self.total_samples
             window_end_frame = -(-self.total_samples // spf)
@@ -134,7 +134,8 @@ class StreamSession:
         start_frame = max(0, min(self.decoded_frames, window_end_frame) - c.left_frames)
         start_frame = max(start_frame, -(-self.base_sample // spf))
         lo = start_frame * spf - self.base_sample
-        audio = self.audio[lo : end_sample - self.base_sample].copy()
+        # a view: push() and _trim() replace self.audio, they never write into it
+        audio = self.audio[lo : end_sample - self.base_sample]
         return WindowRequest(self, audio, start_frame, self.decoded_frames, end_frame, self.carry,
                              final=final, fresh=False)
 
