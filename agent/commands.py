@@ -54,9 +54,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         config.server.host = args.host
     if args.port is not None:
         config.server.port = args.port
-    from agent.runtime import run
+    from agent.runtime import apply_switch_interval, run
     from agent.server_factory import make_server
 
+    apply_switch_interval(config.runtime.gil_switch_interval_ms, config.asr.engine, config.asr.device)
     server = make_server(config)
     run(server.serve_forever(), use_uvloop=config.runtime.uvloop)
     return 0

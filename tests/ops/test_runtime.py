@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import gc
 
+import pytest
+
 from agent.runtime import freeze_gc_heap, run
 
 
@@ -26,3 +28,22 @@ def test_freeze_moves_live_objects_out_of_collection():
     finally:
         gc.unfreeze()
     assert gc.get_freeze_count() == 0
+
+
+def test_gil_switch_interval_is_shortened_only_for_gpu_streaming() -> None:
+    import sys
+
+    from agent.runtime import apply_switch_interval, switch_interval_ms
+
+    assert switch_interval_ms(0, "parakeet", "cuda:0") == 0.5
+    assert switch_interval_ms(0, "whisper", "cpu") is None
+    assert switch_interval_ms(0, "parakeet", "cpu") is None
+    assert switch_interval_ms(2.0, "whisper", "cpu") == 2.0
+    with pytest.raises(ValueError, match="gil_switch_interval_ms"):
+        switch_interval_ms(-1, "parakeet", "cuda")
+    before = sys.getswitchinterval()
+    try:
+        assert abs(apply_switch_interval(0, "parakeet", "cuda") - 0.5) < 1e-9
+        assert abs(sys.getswitchinterval() - 0.0005) < 1e-12
+    finally:
+        sys.setswitchinterval(before)
