@@ -555,12 +555,15 @@ def main() -> None:
     parser.add_argument("--clips", type=int, default=32, help="distinct audio clips the callers share")
     parser.add_argument("--loop", default="auto", choices=["auto", "asyncio", "uvloop"])
     parser.add_argument("--switch-interval", type=float, default=None,
-                        help="sys.setswitchinterval seconds (Python's default 0.005): the GIL hand-off between "
-                             "the event loop and the batcher's worker thread")
+                        help="sys.setswitchinterval seconds: the GIL hand-off between the event loop and the "
+                             "batcher's worker thread (default: what `cadence serve` uses, agent/runtime.py: "
+                             "0.0005 for Parakeet on CUDA, else Python's 0.005)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     args.model = args.model or ("v3" if args.device == "cuda" else "tiny")
     logging.basicConfig(level=logging.WARNING)
+    if args.switch_interval is None and args.device.startswith("cuda"):
+        args.switch_interval = 0.0005  # agent.runtime.GPU_STREAMING_SWITCH_INTERVAL_MS (not imported: no loguru here)
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval)
     if not os.environ.get("CADENCE_COMMIT"):
