@@ -51,3 +51,29 @@ def test_unknown_step_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="auto, torch, fused"):
         resolve_step("fast", decoder)
     assert resolve_step("auto", decoder) == "torch"  # CPU tensors: the torch bodies
+
+
+def test_auto_steps_fall_back_to_the_torch_bodies_when_the_fused_kernels_fail(monkeypatch) -> None:
+    from asr.parakeet.decoder import LabelLoopingDecoder
+    from asr.parakeet.gpu import fused_step, graph_decoder
+    from asr.parakeet.gpu.graph_decoder import GraphDecoder
+    from tests.gpu.tiny import tiny_tdt
+
+    decoder = LabelLoopingDecoder.from_model(tiny_tdt(seed=3), device="cpu", dtype=torch.float32)
+    monkeypatch.setattr(graph_decoder, "resolve_step", lambda step, dec: "fused")  # as on a CUDA box
+
+    def broken(self) -> None:
+        raise RuntimeError("PTX JIT compilation failed")
+
+    monkeypatch.setattr(fused_step.FusedSteps, "__init__", lambda self, dec, state: None)
+    monkeypatch.setattr(fused_step.FusedSteps, "outer", broken, raising=False)
+    monkeypatch.setattr(fused_step.FusedSteps, "reset_flags", lambda self: None, raising=False)
+    graph = GraphDecoder(decoder, mode="eager", step="auto")
+    enc = torch.randn(3, 30, decoder.joint_hidden, generator=torch.Generator().manual_seed(2))
+    got, _ = graph.decode(enc, [30, 17, 5])
+    want, _ = decoder.decode(enc, [30, 17, 5], state=decoder.alloc(graph.state.batch_size, graph.state.max_frames))
+    assert graph.step == "torch" and graph.fused is None
+    assert [g.tokens for g in got] == [w.tokens for w in want]
+
+    with pytest.raises(RuntimeError, match="PTX"):  # asked for explicitly: no silent downgrade
+        GraphDecoder(decoder, mode="eager", step="fused").ensure(3, 30)

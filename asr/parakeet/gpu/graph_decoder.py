@@ -72,16 +72,12 @@ class GraphDecoder:
         max_frames: int = 0,
         batch_quantum: int = 8,
         frame_quantum: int = 64,
-        compile_steps: bool = False,
         step: str = "auto",
     ) -> None:
         self.decoder = decoder
+        self.requested_step = step.strip().lower()
         self.step = resolve_step(step, decoder)
         self.fused: FusedSteps | None = None
-        # torch.compile fuses each step's ~50 small kernels into a few; the graph then replays those.
-        self.compile_steps = compile_steps
-        self._outer = torch.compile(decoder.outer_step) if compile_steps else decoder.outer_step
-        self._inner = torch.compile(decoder.inner_step) if compile_steps else decoder.inner_step
         self.requested_mode = mode
         self.batch_quantum, self.frame_quantum = batch_quantum, frame_quantum
         self.state: DecoderState | None = None
@@ -113,14 +109,8 @@ class GraphDecoder:
             new_b, 1, state.enc_proj.shape[-1], dtype=state.enc_proj.dtype, device=state.enc_proj.device
         )
         self.decoder.prepare(state, zeros, [1] * new_b)
-        if self.step == "fused":
-            from asr.parakeet.gpu.fused_step import FusedSteps
-
-            fused = self.fused = FusedSteps(self.decoder, state)
-            fused.reset_flags()
-            spec = LoopSpec(flag=fused.alive, body=fused.outer,
-                            inner=LoopSpec(flag=fused.advance_flag, body=fused.inner))
-        else:
+        spec = self._fused_spec(state) if self.step == "fused" else None
+        if spec is None:
             spec = LoopSpec(
                 flag=state.outer_active,
                 body=lambda: self.decoder.outer_step(state),
@@ -140,6 +130,28 @@ class GraphDecoder:
             self.last_build_s,
         )
         return state
+
+    def _fused_spec(self, state: DecoderState) -> LoopSpec | None:
+        """The fused bodies' loop, their kernels compiled by one warm-up step; None (torch steps) if
+        that fails and the step was chosen automatically."""
+        from asr.parakeet.gpu.fused_step import FusedSteps
+
+        try:
+            fused = FusedSteps(self.decoder, state)
+            with torch.inference_mode():
+                fused.reset_flags()
+                fused.outer()
+                fused.inner()
+                fused.reset_flags()
+        except Exception as exc:  # noqa: BLE001 - a Triton/driver problem: degrade when allowed
+            if self.requested_step == "fused":
+                raise
+            log.warning("fused decoder steps unavailable (%s); using the torch step bodies", exc)
+            self.step, self.fused = "torch", None
+            self.decoder.prepare(state, state.enc_proj[:, :1], [1] * state.batch_size)
+            return None
+        self.fused = fused
+        return LoopSpec(flag=fused.alive, body=fused.outer, inner=LoopSpec(flag=fused.advance_flag, body=fused.inner))
 
     def load(
         self,

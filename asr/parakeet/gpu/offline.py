@@ -40,7 +40,6 @@ class GpuTranscriber:
         compile_encoder: bool = True,
         use_graphs: bool = True,
         decoder_mode: str = "auto",
-        compile_decoder: bool = True,
     ) -> None:
         self.device = torch.device(device)
         self.profiles = profiles
@@ -54,7 +53,6 @@ class GpuTranscriber:
         self.frontend = GraphedFrontEnd(self._front_end, profiles, self.device, use_graphs=use_graphs)
         self.label_looping = LabelLoopingDecoder.from_model(model, device=self.device, dtype=dtype)
         self.decoder_mode = decoder_mode
-        self.compile_decoder = compile_decoder
         self.decoders: dict[int, GraphDecoder] = {}  # one graph per profile batch size
         self.enc_stream = torch.cuda.Stream(self.device)
         # The decoder's small kernels go first when both streams have work (lower number = higher).
@@ -66,9 +64,7 @@ class GpuTranscriber:
     def decoder_for(self, profile: ShapeProfile) -> GraphDecoder:
         """The graph decoder sized for this profile's batch (small batches don't loop over big states)."""
         if profile.batch not in self.decoders:
-            self.decoders[profile.batch] = GraphDecoder(
-                self.label_looping, self.decoder_mode, compile_steps=self.compile_decoder
-            )
+            self.decoders[profile.batch] = GraphDecoder(self.label_looping, self.decoder_mode)
         decoder = self.decoders[profile.batch]
         decoder.ensure(profile.batch, self.frontend.output_frames(profile))
         return decoder
