@@ -70,8 +70,11 @@ class ASRConfig:
     encoder_backend: str = "eager"  # eager | compiled | onnx | cuda_graphs | tensorrt
     dtype: str = "float32"  # float32 | bfloat16
     # Shape profiles (batch x feature frames) for compiled / cuda_graphs / tensorrt encoders,
-    # e.g. "4x1040,16x1040"; empty: the backend's defaults.
+    # e.g. "4x1040,16x1040"; empty: for cuda_graphs on CUDA a set fitted to the streaming windows
+    # (asr.parakeet.gpu.profiles.streaming_profiles), else the backend's defaults.
     profiles: str = ""
+    # Most streaming windows per batcher tick (one encoder + one decoder call); 0: 256 on CUDA, 32 on CPU.
+    stream_max_batch: int = 0
     # Decoder loop on CUDA: auto (conditional WHILE graph if the driver can, else per-step
     # graphs, else the plain loop) | conditional | graphs | eager.
     decoder_graph_mode: str = "auto"

@@ -183,6 +183,18 @@ def host_time(fn: Callable[[], Any], warmup: int = 1, iters: int = 3) -> dict[st
     return {"median_s": statistics.median(times), "min_s": min(times), "iters": iters}
 
 
+def host_cpu() -> str:
+    """The host CPU model and the cores this process may use."""
+    model = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            names = [line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")]
+        model = names[0] if names else model
+    except OSError:
+        pass
+    return f"{model}, {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores"
+
+
 def environment() -> dict[str, Any]:
     env: dict[str, Any] = {
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
@@ -191,6 +203,7 @@ def environment() -> dict[str, Any]:
         "torch": torch.__version__,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    env["cpu"] = host_cpu()  # device loans differ in host CPU, which moves host-bound figures (run 12 vs 14)
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name()
         env["cuda"] = torch.version.cuda

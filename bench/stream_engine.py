@@ -17,12 +17,17 @@ import torch
 
 from asr.parakeet.engine import ParakeetEngine
 from asr.parakeet.features import FeatureConfig
+from asr.parakeet.gpu.profiles import streaming_profiles
 from asr.parakeet.loading import ParakeetCheckpoint
+from asr.parakeet.streaming import StreamConfig
 
-# 2.16 s streaming windows (2 s left context + a 160 ms chunk: 217 feature frames) at four batch
-# sizes, as bench/streaming_sim.py, plus a longer profile for sessions that fell behind (a window
-# with 4+ undecoded chunks is longer than 256 frames); multiples of 64 frames (see gpu/profiles.py).
-STREAM_PROFILES = "s16=16x256,s64=64x256,s128=128x256,s256=256x256,lag=64x512"
+# 2.16 s streaming windows (2 s left context + a 160 ms chunk: 217 feature frames) at the batch
+# steps of asr.parakeet.gpu.profiles.streaming_profiles up to 256 (what `cadence serve` builds for
+# the same stream config), plus a longer profile for sessions that fell behind. Before run 13 the
+# bench used the four batch sizes of bench/streaming_sim.py (COARSE_STREAM_PROFILES): a tick of 65
+# windows paid for 128 (encoder 7 -> 12.6 ms on the H200), which made the next tick bigger still.
+STREAM_PROFILES = streaming_profiles(StreamConfig(left_context_s=2.0).window_samples, 256)
+COARSE_STREAM_PROFILES = "s16=16x256,s64=64x256,s128=128x256,s256=256x256,lag=64x512"
 
 
 class IdTokenizer:

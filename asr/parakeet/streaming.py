@@ -49,6 +49,11 @@ class StreamConfig:
     def right_samples(self) -> int:
         return self.frames(self.right_context_ms) * self.samples_per_frame
 
+    @property
+    def window_samples(self) -> int:
+        """Samples of a caught-up session's window: left context + one chunk + right context."""
+        return (self.left_frames + self.chunk_frames) * self.samples_per_frame + self.right_samples
+
 
 @dataclass
 class WindowRequest:

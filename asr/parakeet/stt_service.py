@@ -215,22 +215,43 @@ def resolve_parakeet_model(asr_config: Any) -> str:
     return str(TINY_DIR)
 
 
-def shared_parakeet_batcher(asr_config: Any, max_batch: int = 32) -> StreamBatcher:
-    """One engine and one batcher per (model, device, dtype, backend, streaming shape, decoder graph
-    mode, profiles) in the process."""
+def stream_max_batch(asr_config: Any) -> int:
+    """``asr.stream_max_batch``, or (0) 256 windows per tick on CUDA and 32 elsewhere."""
+    configured = int(getattr(asr_config, "stream_max_batch", 0) or 0)
+    if configured < 0:
+        raise ValueError(f"asr.stream_max_batch must be >= 0, got {configured}")
+    return configured or (256 if str(asr_config.device).startswith("cuda") else 32)
+
+
+def stream_profiles(asr_config: Any, stream: StreamConfig, max_batch: int) -> str:
+    """The encoder profiles for streaming: the configured ones, or for ``cuda_graphs`` on CUDA a set
+    fitted to the stream windows and the batch (one graph per batch step), or "" (backend defaults)."""
+    configured = str(getattr(asr_config, "profiles", "") or "")
+    if configured or asr_config.encoder_backend != "cuda_graphs" or not str(asr_config.device).startswith("cuda"):
+        return configured
+    from asr.parakeet.gpu.profiles import streaming_profiles
+
+    return streaming_profiles(stream.window_samples, max_batch)
+
+
+def shared_parakeet_batcher(asr_config: Any, max_batch: int | None = None) -> StreamBatcher:
+    """One engine and one batcher per (model, device, dtype, backend, streaming shape, batch, decoder
+    graph mode, profiles) in the process."""
     from asr.parakeet.engine import ParakeetEngine, check_decoder_graph_mode
 
     model = resolve_parakeet_model(asr_config)
     stream = StreamConfig(chunk_ms=int(asr_config.chunk_ms), left_context_s=float(asr_config.left_context_s),
                           right_context_ms=int(asr_config.right_context_ms))
     graph_mode = check_decoder_graph_mode(getattr(asr_config, "decoder_graph_mode", "auto") or "auto")
+    max_batch = max_batch or stream_max_batch(asr_config)
+    profiles = stream_profiles(asr_config, stream, max_batch)
     key = (model, asr_config.device, asr_config.dtype, asr_config.encoder_backend, stream, max_batch,
-           getattr(asr_config, "profiles", ""), graph_mode)
+           profiles, graph_mode)
     with _SHARED_LOCK:
         if key not in _SHARED:
             options = {}
-            if getattr(asr_config, "profiles", ""):  # shape profiles for the compiled / tensorrt backends
-                options["profiles"] = asr_config.profiles
+            if profiles:  # shape profiles for the compiled / cuda_graphs / tensorrt backends
+                options["profiles"] = profiles
             engine = ParakeetEngine.from_pretrained(model, device=asr_config.device, dtype=asr_config.dtype,
                                                     encoder_backend=asr_config.encoder_backend,
                                                     decoder_graph_mode=graph_mode, **options)

@@ -33,3 +33,18 @@ def test_graph_replays_match_eager_across_profiles_and_splits() -> None:
         assert torch.equal(want.lengths.cpu(), got.lengths.cpu())
         for i, n in enumerate(want.lengths.tolist()):
             assert torch.allclose(got.enc_proj[i, :n], want.enc_proj[i, :n], atol=1e-3, rtol=1e-3)
+
+
+def test_windows_longer_than_every_profile_run_eagerly_instead_of_failing(caplog) -> None:
+    model = tiny_tdt(seed=5)
+    eager = create_encoder("eager", model, device="cuda", dtype=torch.float32)
+    graphed = create_encoder("cuda_graphs", model, device="cuda", dtype=torch.float32, profiles="2x64,2x128")
+    feats = torch.randn(2, 300, 32, generator=torch.Generator().manual_seed(1))  # past the 128-frame profile
+    lengths = torch.tensor([300, 211])
+    with caplog.at_level("WARNING"):
+        got = graphed(feats, lengths)
+    want = eager(feats, lengths)
+    assert "exceed every profile" in caplog.text
+    assert torch.equal(want.lengths.cpu(), got.lengths.cpu())
+    for i, n in enumerate(want.lengths.tolist()):
+        assert torch.allclose(got.enc_proj[i, :n], want.enc_proj[i, :n], atol=1e-3, rtol=1e-3)

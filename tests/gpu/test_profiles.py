@@ -65,3 +65,50 @@ def test_plan_batches_splits_large_batches() -> None:
 def test_profile_samples_give_exactly_its_frames() -> None:
     p = ShapeProfile("segment", 128, 3072)
     assert p.samples // 160 + 1 == 3072
+
+
+def test_streaming_profiles_fit_the_windows_in_small_batch_steps() -> None:
+    import numpy as np
+
+    from asr.parakeet.gpu.profiles import streaming_profiles
+    from asr.parakeet.streaming import StreamConfig, StreamSession
+
+    config = StreamConfig(left_context_s=2.0, chunk_ms=160)
+    text = streaming_profiles(config.window_samples, 256)
+    profiles = parse_profiles(text)
+    assert text.startswith("s8=8x256,s16=16x256,") and text.endswith(",s256=256x256,lag=64x512")
+    session = StreamSession(config)
+    session.push(np.zeros(16000 * 5, np.float32))  # 5 s of audio; decoded up to 4.8 s, one chunk due
+    session.decoded_frames = session.ready_end_frame() - config.chunk_frames
+    window = session.next_request()
+    assert window is not None and len(window.audio) == config.window_samples
+    smallest = min(profiles, key=lambda p: p.frames)
+    assert len(window.audio) // 160 + 1 <= smallest.frames < len(window.audio) // 160 + 1 + 64
+    batches = sorted(p.batch for p in profiles if p.name != "lag")
+    assert all(b / a <= 2.0 for a, b in zip(batches, batches[1:], strict=False))
+    assert all(b / a <= 1.5 for a, b in zip(batches, batches[1:], strict=False) if a >= 16)
+    assert [p.batch for p in parse_profiles(streaming_profiles(config.window_samples, 100))][-2] == 100
+    with pytest.raises(ValueError):
+        streaming_profiles(0, 8)
+
+
+def test_serve_derives_stream_profiles_and_batch_for_cuda_graphs_on_cuda() -> None:
+    from types import SimpleNamespace
+
+    pytest.importorskip("pipecat")  # the STT service module (not installed on the GPU machine)
+
+    from asr.parakeet.streaming import StreamConfig
+    from asr.parakeet.stt_service import stream_max_batch, stream_profiles
+
+    stream = StreamConfig(left_context_s=10.0)
+    gpu = SimpleNamespace(device="cuda", encoder_backend="cuda_graphs", profiles="", stream_max_batch=0)
+    assert stream_max_batch(gpu) == 256
+    derived = parse_profiles(stream_profiles(gpu, stream, 256))
+    assert min(p.frames for p in derived) == aligned_frames(stream.window_samples // 160 + 1) == 1024
+    assert max(p.batch for p in derived) == 256
+    assert stream_profiles(SimpleNamespace(**{**vars(gpu), "profiles": "a=4x512"}), stream, 256) == "a=4x512"
+    cpu = SimpleNamespace(device="cpu", encoder_backend="eager", profiles="", stream_max_batch=0)
+    assert stream_profiles(cpu, stream, 32) == "" and stream_max_batch(cpu) == 32
+    assert stream_max_batch(SimpleNamespace(device="cpu", stream_max_batch=64)) == 64
+    with pytest.raises(ValueError, match="stream_max_batch"):
+        stream_max_batch(SimpleNamespace(device="cpu", stream_max_batch=-1))

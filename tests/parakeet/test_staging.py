@@ -42,3 +42,17 @@ def test_the_device_path_gather_pads_like_pad_batch() -> None:
     flat = torch.cat([torch.from_numpy(c) for c in clips])
     assert torch.equal(unflatten_padded(flat, [len(c) for c in clips]), pad_batch(clips)[0])
     assert unflatten_padded(torch.zeros(0), [0, 0]).shape == (2, 0)
+
+
+def test_host_fill_concatenates_arrays_tensors_and_views() -> None:
+    staging = AudioStaging("cpu")
+    rng = np.random.default_rng(2)
+    base = rng.standard_normal(1000).astype(np.float32)
+    clips = [base[100:400], torch.from_numpy(base[:50].copy()), base[::2][:100], np.zeros(0, np.float32)]
+    from asr.parakeet.staging import _as_numpy
+
+    host = staging.fill_host([_as_numpy(c) for c in clips])
+    assert np.array_equal(host.numpy(), np.concatenate([base[100:400], base[:50], base[::2][:100]]))
+    got, lengths = staging.stage(clips)  # the CPU batch path takes tensors too
+    assert lengths.tolist() == [300, 50, 100, 0]
+    assert torch.equal(got[1, :50], torch.from_numpy(base[:50])) and not got[1, 50:].any()

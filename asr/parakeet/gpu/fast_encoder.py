@@ -301,9 +301,13 @@ class FastConformer(nn.Module):
             x = self.subsampling(feats.to(self.dtype), mask)
         return x * self.input_scale if self.input_scale != 1.0 else x
 
-    def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """feats (B, T_mel, n_mels) any float dtype; lengths (B,) int64 mel frames, on the same device."""
-        x = self.subsample_fn(feats, lengths)
+    def forward(self, feats: torch.Tensor, lengths: torch.Tensor, eager: bool = False) -> torch.Tensor:
+        """feats (B, T_mel, n_mels) any float dtype; lengths (B,) int64 mel frames, on the same device.
+
+        ``eager`` skips the compiled functions (a shape no profile was compiled for: no recompile).
+        """
+        layer_fn = conformer_layer if eager else self.layer_fn
+        x = (self._subsample if eager else self.subsample_fn)(feats, lengths)
         b, t, _ = x.shape
         enc_len = subsampled_lengths(lengths)[-1]
         frame = torch.arange(t, device=x.device)
@@ -315,7 +319,7 @@ class FastConformer(nn.Module):
         pos = self.positions(x)
         strided = not self.export_mode
         for i, layer in enumerate(self.layers):
-            x = self.layer_fn(
+            x = layer_fn(
                 x,
                 pos[i],
                 key_bias,

@@ -7,6 +7,7 @@ and the valid part of the output copied out. On a CPU device it runs the same ma
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,6 +16,8 @@ import torch
 from asr.parakeet.encoders.base import EncoderBackend, EncoderOutput, subsampled_lengths
 from asr.parakeet.gpu.fast_encoder import FastConformer, encoder_frames
 from asr.parakeet.gpu.profiles import DEFAULT_PROFILES, ShapeProfile, parse_profiles, plan_batches
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -48,6 +51,8 @@ class GraphedEncoder(EncoderBackend):
         self.profiles = list(profiles)
         self.mels = model.config.encoder_config.num_mel_bins
         self._captured: dict[str, _Captured] = {}
+        self._longest = max(p.frames for p in self.profiles)
+        self._warned: set[int] = set()
 
     def _capture(self, profile: ShapeProfile) -> _Captured:
         if profile.name in self._captured:
@@ -78,6 +83,12 @@ class GraphedEncoder(EncoderBackend):
         if not self.use_graphs:
             return EncoderOutput(self.fast(features, lengths), out_lengths)
         b, f, _ = features.shape
+        if f > self._longest:  # e.g. a streaming session many chunks behind: slower, never an error
+            if f not in self._warned:
+                self._warned.add(f)
+                log.warning("cuda_graphs encoder: %d feature frames exceed every profile (max %d); running "
+                            "eagerly (add a longer profile if this is not a rare overload)", f, self._longest)
+            return EncoderOutput(self.fast(features, lengths, eager=True), out_lengths)
         frames = encoder_frames(f)
         parts = []
         for profile, start, count in plan_batches(self.profiles, b, f):

@@ -18,6 +18,27 @@ FRAME_ALIGN = 64
 DEFAULT_PROFILES = "chunk=512x32,stream=128x256,segment=128x3008,long=8x30016"
 
 
+# Batch steps of the streaming profile set: at most 1.5x apart above 16, so a tick never pays for
+# much more than it holds (with steps 16/64/128 a tick of 65 windows paid for 128 and made the next
+# tick bigger still: bench/results/NOTES.md, runs 12-13).
+STREAM_BATCH_STEPS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+
+def streaming_profiles(window_samples: int, max_batch: int, lag_batch: int = 64) -> str:
+    """The profile set for a stream batcher whose windows hold up to ``window_samples``.
+
+    One profile per batch step up to ``max_batch`` at the window's (aligned) feature frames, plus
+    ``lag``: twice the frames at ``lag_batch``, for sessions that fell a few chunks behind.
+    """
+    if window_samples < 1 or max_batch < 1:
+        raise ValueError("window_samples and max_batch must be positive")
+    frames = aligned_frames(window_samples // HOP + 1)
+    batches = [b for b in STREAM_BATCH_STEPS if b < max_batch] + [max_batch]
+    specs = [f"s{b}={b}x{frames}" for b in batches]
+    specs.append(f"lag={min(lag_batch, max_batch)}x{2 * frames}")
+    return ",".join(specs)
+
+
 @dataclass(frozen=True)
 class ShapeProfile:
     """Inputs up to ``batch`` x ``frames`` feature frames run in this profile (padded up to it)."""
