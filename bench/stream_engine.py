@@ -84,6 +84,7 @@ def v3_engine(
     decoder_graph_mode: str = "auto",
     encoder_backend: str = "cuda_graphs",
     target_rate: float = 0.3,
+    graph_features: bool = True,
 ) -> tuple[ParakeetEngine, dict[str, Any]]:
     """The v3-sized calibrated random model as a CUDA ``ParakeetEngine`` (bf16 encoder); and its calibration.
 
@@ -95,5 +96,5 @@ def v3_engine(
     options: dict[str, Any] = {"profiles": profiles} if profiles else {}  # cuda_graphs' name=BxF format
     engine = ParakeetEngine(checkpoint(model, "random-v3"), device="cuda", dtype=torch.bfloat16,
                             encoder_backend=encoder_backend, decoder_dtype=decoder_dtype,
-                            decoder_graph_mode=decoder_graph_mode, **options)
+                            decoder_graph_mode=decoder_graph_mode, graph_features=graph_features, **options)
     return engine, emission

@@ -147,8 +147,11 @@ class TickProfiler:
                 batcher_module.pad_batch = self._around(batcher_module.pad_batch, "pad")  # type: ignore[assignment]
         batcher._tick = timed_tick  # type: ignore[method-assign]
         batcher.process = timed_process  # type: ignore[method-assign]
-        engine.features = self._around(engine.features, "features")  # type: ignore[assignment]
-        engine.encoder = self._around(engine.encoder, "encoder")  # type: ignore[assignment]
+        if getattr(engine, "graphed_features", False):  # log-mel captured in the encoder's graphs
+            engine.encode = self._around(engine.encode, "encoder")  # type: ignore[method-assign]
+        else:
+            engine.features = self._around(engine.features, "features")  # type: ignore[assignment]
+            engine.encoder = self._around(engine.encoder, "encoder")  # type: ignore[assignment]
         engine.decode = self._around(engine.decode, "decoder")  # type: ignore[method-assign]
         engine.decode_banked = self._around(engine.decode_banked, "decoder")  # type: ignore[method-assign]
         if engine.graph_decoder is not None:
@@ -171,14 +174,15 @@ class TickProfiler:
             def gpu(a: str, b: str, m: dict[str, tuple[float, Any]] = m) -> float | None:
                 return m[a][1].elapsed_time(m[b][1]) if a in m and b in m and m[a][1] is not None else None
 
+            first = "features0" if "features0" in m else "encoder0"  # features graphed with the encoder: none
             values = {
                 "worker_ms": host("start", "end"),
-                "host_pad_h2d_ms": host("start", "features0"),  # pad_batch + copy to the device
+                "host_pad_h2d_ms": host("start", first),  # staging + copy to the device (+ decode planning)
                 "host_pad_ms": host("pad0", "pad1"),  # staging: numpy windows -> one [B, N] host tensor
-                "host_h2d_ms": host("pad1", "features0"),  # host-to-device copy of that tensor (enqueue)
+                "host_h2d_ms": host("pad1", first),  # copy enqueue (+ host frame counts, bank rows to the device)
                 "host_features_ms": host("features0", "features1"),
                 "host_encoder_ms": host("encoder0", "encoder1"),
-                "host_frames_ms": host("encoder1", "decoder0"),  # lengths to host (sync) + window bookkeeping
+                "host_frames_ms": host("encoder1", "decoder0"),  # window bookkeeping (lengths: on the host)
                 "host_decoder_ms": host("decoder0", "decoder1"),
                 "host_loop_ms": host("loop0", "loop1"),
                 "host_after_ms": host("decoder1", "end"),
@@ -426,7 +430,7 @@ def build_engine(args: argparse.Namespace) -> tuple[ParakeetEngine, dict[str, An
             raise SystemExit("the v3-sized model needs --device cuda (use --model tiny on the CPU)")
         profiles = args.profiles if args.encoder_backend == "cuda_graphs" else (args.profiles or None)
         return v3_engine(profiles=profiles, decoder_dtype=args.decoder_dtype, decoder_graph_mode=args.graph_mode,
-                         encoder_backend=args.encoder_backend)
+                         encoder_backend=args.encoder_backend, graph_features=args.features == "graphed")
     backend = "eager" if args.encoder_backend == "cuda_graphs" and args.device == "cpu" else args.encoder_backend
     options: dict[str, Any] = {"profiles": args.profiles} if backend == "cuda_graphs" else {}
     engine = tiny_engine(args.device, encoder_backend=backend, decoder_dtype=args.decoder_dtype,
@@ -517,6 +521,7 @@ async def sweep(args: argparse.Namespace, engine: ParakeetEngine, build: dict[st
         "decoder_mode": (engine.graph_decoder.mode.value if engine.graph_decoder is not None
                          and engine.graph_decoder.mode is not None else "plain loop"),
         "carry_bank": batcher.use_carry_bank,
+        "graphed_features": bool(getattr(engine, "graphed_features", False)),
     }
 
 
@@ -551,6 +556,8 @@ def main() -> None:
     parser.add_argument("--profiles", default=STREAM_PROFILES)
     parser.add_argument("--decoder-dtype", default="float32", help="the engine's default; streaming_sim used bf16")
     parser.add_argument("--graph-mode", default="auto", choices=["auto", "conditional", "graphs", "eager"])
+    parser.add_argument("--features", default="graphed", choices=["graphed", "separate"],
+                        help="cuda_graphs on CUDA: log-mel captured in the encoder graphs, or launched before them")
     parser.add_argument("--carry-bank", default="auto", choices=["auto", "on", "off"])
     parser.add_argument("--clips", type=int, default=32, help="distinct audio clips the callers share")
     parser.add_argument("--loop", default="auto", choices=["auto", "asyncio", "uvloop"])

@@ -243,8 +243,11 @@ class StreamBatcher:
         if audio.shape[1] == 0:
             audio = torch.zeros(len(requests), 1)
         self.stats.audio_s += float(lengths.sum()) / self.config.sample_rate
-        encoded = self.engine.encode(audio, lengths)
-        enc_lengths = encoded.lengths.tolist()
+        # Everything the decode needs from the host is planned before the encoder is launched: frame
+        # counts come from the sample counts, and the bank's row indices are copied while the stream
+        # holds only the audio copy. The decoder's launches then overlap the encoder on the GPU; the
+        # one host sync of the tick is collecting the tokens.
+        enc_lengths = self.engine.encoded_lengths(lengths.tolist())
         starts, ends = [], []
         for r, n in zip(requests, enc_lengths, strict=True):
             end = n if r.end_frame is None else min(n, r.end_frame - r.window_start_frame)
@@ -261,9 +264,11 @@ class StreamBatcher:
             if fresh:
                 bank.reset(torch.tensor(fresh, dtype=torch.long).to(device))
             rows = torch.tensor(slots, dtype=torch.long).to(device)
+            encoded = self.engine.encode(audio, lengths)
             seqs = self.engine.decode_banked(encoded, bank, rows, start_frames=starts, end_frames=ends)
             carries: list[DecoderCarry | BankedCarry] = [BankedCarry(slot) for slot in slots]
         else:
+            encoded = self.engine.encode(audio, lengths)
             seqs, plain = self.engine.decode(encoded, carry=[r.carry for r in requests], start_frames=starts,
                                              end_frames=ends)
             carries = list(plain)

@@ -25,6 +25,7 @@ import torch
 
 from asr.parakeet.decoder import DecodedSeq, DecoderCarry, DecoderState, LabelLoopingDecoder
 from asr.parakeet.encoders import EncoderBackend, EncoderOutput, create_encoder
+from asr.parakeet.encoders.base import subsampled_lengths
 from asr.parakeet.features import LogMelFeatures
 from asr.parakeet.loading import ParakeetCheckpoint, load_parakeet, parse_dtype
 from asr.parakeet.tokenizer import Word, group_words
@@ -85,6 +86,7 @@ class ParakeetEngine:
         encoder_backend: str = "eager",
         decoder_dtype: str | torch.dtype = torch.float32,
         decoder_graph_mode: str = "auto",
+        graph_features: bool = True,
         **encoder_options: Any,
     ) -> None:
         self.decoder_graph_mode = check_decoder_graph_mode(decoder_graph_mode)
@@ -102,6 +104,11 @@ class ParakeetEngine:
         self.features = LogMelFeatures(checkpoint.features).to(self.device)
         self.encoder: EncoderBackend = create_encoder(
             encoder_backend, model, device=self.device, dtype=self.dtype, **encoder_options)
+        # cuda_graphs on CUDA: the features are captured in the encoder's graphs (audio in, frames out)
+        self.graphed_features = (graph_features and self.device.type == "cuda"
+                                 and hasattr(self.encoder, "attach_features"))
+        if self.graphed_features:
+            self.encoder.attach_features(self.features)
         self._state: DecoderState | None = None
         self._lock = threading.RLock()
 
@@ -131,8 +138,20 @@ class ParakeetEngine:
         with self._lock, torch.inference_mode():
             # non_blocking: asynchronous from a pinned buffer (the batcher's staging), a plain copy otherwise
             audio = audio.to(self.device, non_blocking=audio.is_pinned())
-            feats, frames = self.features(audio, lengths.to(self.device, non_blocking=lengths.is_pinned()))
+            lengths = lengths.to(self.device, non_blocking=lengths.is_pinned())
+            if self.graphed_features:
+                return self.encoder.encode_audio(audio, lengths)
+            feats, frames = self.features(audio, lengths)
             return self.encoder(feats, frames)
+
+    def encoded_lengths(self, sample_lengths: Sequence[int]) -> list[int]:
+        """Encoder frames of clips of ``sample_lengths`` samples, computed on the host (no device sync).
+
+        Equal to ``encode(...).lengths``; a caller that needs the frame counts to plan the decode gets
+        them without waiting for the encoder.
+        """
+        frames = self.features.frame_lengths(torch.as_tensor(list(sample_lengths), dtype=torch.long))
+        return subsampled_lengths(self.checkpoint.model, frames).tolist()
 
     def decode(
         self,

@@ -208,3 +208,30 @@ def test_twenty_sessions_finals_equal_offline_and_bank_rows_are_reused(model: to
 
 def test_twenty_sessions_incremental_through_the_bank_match_per_session_carries(model: torch.nn.Module) -> None:
     asyncio.run(twenty_sessions_incremental(make_engine(model, "cuda")))
+
+
+# ---------------------------------------------------------------------------- (c) features captured with the encoder
+def graphed_engine(model: torch.nn.Module) -> ParakeetEngine:
+    """fp32 ``cuda_graphs`` engine: log-mel + encoder as one graph per profile (not compiled: fast to build)."""
+    engine = ParakeetEngine(checkpoint(copy.deepcopy(model)), device="cuda", encoder_backend="cuda_graphs",
+                            profiles="s8=8x128,s32=32x256,l32=32x1024", compile=False)
+    assert engine.graphed_features
+    return engine
+
+
+def test_features_in_the_encoder_graph_match_the_eager_engine_over_stale_buffers(model: torch.nn.Module) -> None:
+    eager, graphed = make_engine(model, "cuda"), graphed_engine(model)
+    long_clips = [synthetic_speech(1.0 + 0.3 * i, seed=300 + i) for i in range(6)]
+    short_clips = [clip[: 4000 + 700 * i] for i, clip in enumerate(long_clips[:3])]  # after the long ones
+    for clips in (long_clips, short_clips, long_clips):
+        audio, lengths = pad_batch(clips)
+        want, got = eager.encode(audio, lengths), graphed.encode(audio, lengths)
+        assert got.lengths.tolist() == want.lengths.tolist() == graphed.encoded_lengths(lengths.tolist())
+        for i, n in enumerate(want.lengths.tolist()):
+            torch.testing.assert_close(got.enc_proj[i, :n], want.enc_proj[i, :n], atol=1e-3, rtol=1e-3)
+    assert set(graphed.encoder._captured_audio) >= {"s8", "s32"} and not graphed.encoder._captured
+
+
+def test_twenty_sessions_on_the_graphed_features_engine(model: torch.nn.Module) -> None:
+    asyncio.run(twenty_sessions_final_pass(graphed_engine(model)))
+    asyncio.run(twenty_sessions_incremental(graphed_engine(model)))

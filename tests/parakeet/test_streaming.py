@@ -117,3 +117,11 @@ async def test_twenty_concurrent_sessions_never_mix(engine):
     session, final = await _stream(batcher, clips[3], [])
     assert final.tokens == _offline(engine, clips[3]).tokens
     await batcher.aclose()
+
+
+def test_host_encoder_lengths_equal_the_encoders(engine):
+    from asr.parakeet.engine import pad_batch
+
+    clips = [np.zeros(n, np.float32) for n in (1, 159, 160, 1279, 1280, 1281, 16000, 34560, 37000)]
+    audio, lengths = pad_batch(clips)
+    assert engine.encoded_lengths(lengths.tolist()) == engine.encode(audio, lengths).lengths.tolist()
