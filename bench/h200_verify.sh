@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One H200 call that re-measures issue 7 at one commit: every tests/gpu test, the streaming sweep
+# through the real StreamBatcher (1 to 1024 callers), offline RTFx against transformers' generate
+# (30 s clips at batch 1 and 128) and the decoder modes (batch 1/16/128). at most 9.6 min; each step has its
+# own time limit so one slow step cannot eat the others, and every log lands in $OUT.
+#
+#   CADENCE_COMMIT=$(git rev-parse --short HEAD) OUT=/some/dir bash bench/h200_verify.sh
+#
+# Needs the device image's python3 (torch, transformers, triton, cuda-bindings, pytest); not pipecat.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench/results/verify}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/cadence-inductor}  # shared by the steps
+CALLERS=${CALLERS:-1,64,256,512,576,640,704,768,1024}
+STEPS=${STEPS:-pytest_gpu streaming offline decoder}  # a subset re-runs only those
+status=0
+
+step() {  # step NAME SECONDS CMD...: run with a limit, log to $OUT/NAME.log, remember a failure
+  local name=$1 limit=$2; shift 2
+  [[ " $STEPS " == *" $name "* ]] || return 0
+  local t0; t0=$(date +%s)
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: rc $rc, $(( $(date +%s) - t0 )) s"
+  [ $rc -eq 0 ] || status=1
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+step pytest_gpu 280 "$PY" -m pytest -q -rs --durations=8 -p no:cacheprovider tests/gpu
+[ -f "$OUT/pytest_gpu.log" ] && tail -n 14 "$OUT/pytest_gpu.log"
+step streaming 250 "$PY" bench/streaming_batcher.py --device cuda --callers "$CALLERS" --stop-ms 200 --out "$OUT"
+[ -f "$OUT/streaming.log" ] && grep -A 14 "^callers |" "$OUT/streaming.log"
+step offline 130 "$PY" bench/offline_rtfx.py --configs "30:1,128" --out "$OUT"
+[ -f "$OUT/offline.log" ] && grep -A 3 "config   ours" "$OUT/offline.log"
+step decoder 75 "$PY" bench/decoder_bench.py --batches 1,16,128 --out "$OUT"
+[ -f "$OUT/decoder.log" ] && tail -n 5 "$OUT/decoder.log"
+exit $status
