@@ -43,6 +43,15 @@ def register(subparsers: Any) -> None:
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--config", "-c", help="TOML config file for the asr.* defaults")
     t.add_argument("--set", "-s", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    ray = t.add_argument_group("a corpus on Ray (the [ray] extra)")
+    ray.add_argument("--ray", action="store_true",
+                     help="FILES are directories (or files): spread every audio file under them over a Ray "
+                          "cluster as a Ray Data job on the same engine; transcripts go to --output-dir, "
+                          "mirroring each directory (same as `cadence transcribe-ray`)")
+    ray.add_argument("--ray-address", default=None, help="Ray cluster address (default: start a local one)")
+    ray.add_argument("--workers", type=int, default=1, help="engine replicas (one per GPU on GPU clusters)")
+    ray.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per replica (default 0: CPU)")
+    ray.add_argument("--files-per-batch", type=int, default=8, help="files each replica takes at once")
     t.set_defaults(func=_transcribe)
 
 
@@ -72,6 +81,8 @@ def _transcribe(args: argparse.Namespace) -> int:
     asr = load_config(args.config, args.set).asr
     if args.model:
         asr.model = args.model
+    if args.ray:
+        return _transcribe_on_ray(args, asr, resolve_parakeet_model(asr))
     engine = ParakeetEngine.from_pretrained(
         resolve_parakeet_model(asr), device=args.device or asr.device, dtype=args.dtype or asr.dtype,
         encoder_backend=args.encoder_backend or asr.encoder_backend)
@@ -95,3 +106,35 @@ def _transcribe(args: argparse.Namespace) -> int:
             print(body)
     sys.stdout.flush()
     return 0
+
+
+def _transcribe_on_ray(args: argparse.Namespace, asr: Any, model: str) -> int:
+    """``cadence transcribe --ray DIR...``: the Parakeet engine of ``cadence transcribe`` as a Ray Data job."""
+    from asr.offline.engine import EngineSpec
+    from asr.offline.ray_job import RayJobOptions, find_audio_files, run_ray_job
+
+    if not args.output_dir:
+        print("cadence transcribe --ray: --output-dir is required (one transcript file per audio file)",
+              file=sys.stderr)
+        return 2
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        print("cadence transcribe --ray needs Ray: pip install 'cadence[ray]'", file=sys.stderr)
+        return 2
+    spec = EngineSpec(engine="parakeet", model=model, device=args.device or asr.device,
+                      dtype=args.dtype or asr.dtype, encoder_backend=args.encoder_backend or asr.encoder_backend,
+                      max_batch=args.batch_size)
+    opts = RayJobOptions(address=args.ray_address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+                         files_per_batch=args.files_per_batch, response_format=args.format)
+    status = 0
+    for root in map(Path, args.files):
+        files = find_audio_files(root)
+        if not files:
+            print(f"{root}: no audio files found", file=sys.stderr)
+            status = 1
+            continue
+        summary = run_ray_job(spec, files, root, Path(args.output_dir), opts)
+        print(summary.describe())
+        status = status or (1 if summary.failed else 0)
+    return status
