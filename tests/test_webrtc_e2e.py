@@ -142,8 +142,11 @@ def _last_voiced_before(caller: WebRTCCaller, t_end: float, after: float, thresh
 
 # Barge-in: the caller's first voiced frame -> the last voiced bot frame the caller receives.
 # VAD confirms speech ~110-160 ms after onset (vad.start_secs 0.1 plus volume smoothing), then
-# the output queue (one 40 ms chunk) is dropped; loopback WebRTC adds a frame or two.
-BARGE_IN_MAX_S = 0.30
+# the output queue (one 40 ms chunk) is dropped; loopback WebRTC adds a frame or two. Seen: ~260 ms,
+# and 323 ms once on a loaded 2-core machine. The bound is for "it stops", not for speed (a bot that
+# does not stop talks on through a long answer for seconds); the onset detector's own timing is
+# checked exactly in tests/phone/test_phone_units.py, the latency measured by bench/phone_latency.py.
+BARGE_IN_MAX_S = 0.45
 
 
 async def test_caller_talking_over_the_bot_stops_it(server):
