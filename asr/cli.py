@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from asr.offline.ray_cli import add_ray_arguments
+
 
 def register(subparsers: Any) -> None:
     asr = subparsers.add_parser("asr", help="Parakeet-TDT checkpoint tools (convert a .nemo, write a tiny model)")
@@ -48,10 +50,7 @@ def register(subparsers: Any) -> None:
                      help="FILES are directories (or files): spread every audio file under them over a Ray "
                           "cluster as a Ray Data job on the same engine; transcripts go to --output-dir, "
                           "mirroring each directory (same as `cadence transcribe-ray`)")
-    ray.add_argument("--ray-address", default=None, help="Ray cluster address (default: start a local one)")
-    ray.add_argument("--workers", type=int, default=1, help="engine replicas (one per GPU on GPU clusters)")
-    ray.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per replica (default 0: CPU)")
-    ray.add_argument("--files-per-batch", type=int, default=8, help="files each replica takes at once")
+    add_ray_arguments(ray, address_flag="--ray-address")
     t.set_defaults(func=_transcribe)
 
 
@@ -111,30 +110,17 @@ def _transcribe(args: argparse.Namespace) -> int:
 def _transcribe_on_ray(args: argparse.Namespace, asr: Any, model: str) -> int:
     """``cadence transcribe --ray DIR...``: the Parakeet engine of ``cadence transcribe`` as a Ray Data job."""
     from asr.offline.engine import EngineSpec
-    from asr.offline.ray_job import RayJobOptions, find_audio_files, run_ray_job
+    from asr.offline.ray_cli import RayCorpusError, transcribe_corpora
 
     if not args.output_dir:
         print("cadence transcribe --ray: --output-dir is required (one transcript file per audio file)",
               file=sys.stderr)
         return 2
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        print("cadence transcribe --ray needs Ray: pip install 'cadence[ray]'", file=sys.stderr)
-        return 2
     spec = EngineSpec(engine="parakeet", model=model, device=args.device or asr.device,
                       dtype=args.dtype or asr.dtype, encoder_backend=args.encoder_backend or asr.encoder_backend,
                       max_batch=args.batch_size)
-    opts = RayJobOptions(address=args.ray_address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-                         files_per_batch=args.files_per_batch, response_format=args.format)
-    status = 0
-    for root in map(Path, args.files):
-        files = find_audio_files(root)
-        if not files:
-            print(f"{root}: no audio files found", file=sys.stderr)
-            status = 1
-            continue
-        summary = run_ray_job(spec, files, root, Path(args.output_dir), opts)
-        print(summary.describe())
-        status = status or (1 if summary.failed else 0)
-    return status
+    try:
+        return transcribe_corpora(spec, [Path(f) for f in args.files], Path(args.output_dir), args, args.format)
+    except RayCorpusError as exc:
+        print(f"cadence transcribe --ray: {exc}", file=sys.stderr)
+        return 2

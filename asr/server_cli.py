@@ -8,6 +8,7 @@ from typing import Any
 
 from agent.cli import add_config_args
 from agent.commands import UserError, effective_config, friendly
+from asr.offline.ray_cli import add_ray_arguments
 
 
 def _add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -69,17 +70,12 @@ def cmd_transcribe_server(args: argparse.Namespace) -> int:
 
 def cmd_transcribe_ray(args: argparse.Namespace) -> int:
     spec = _engine_spec(args, effective_config(args))
-    from asr.offline.ray_job import RayJobOptions, find_audio_files, run_ray_job
+    from asr.offline.ray_cli import RayCorpusError, transcribe_corpora
 
-    files = find_audio_files(args.dir)
-    if not files:
-        raise UserError(f"{args.dir}: no audio files found")
-    opts = RayJobOptions(address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-                         cpus_per_worker=args.cpus_per_worker, files_per_batch=args.files_per_batch,
-                         response_format=args.format, language=args.language)
-    summary = run_ray_job(spec, files, args.dir, args.out, opts)
-    print(summary.describe())
-    return 0 if not summary.failed else 1
+    try:
+        return transcribe_corpora(spec, [args.dir], args.out, args, args.format, args.language)
+    except RayCorpusError as exc:
+        raise UserError(str(exc)) from None
 
 
 def register(sub: Any) -> None:
@@ -106,9 +102,5 @@ def register(sub: Any) -> None:
     p.add_argument("--out", "-o", type=Path, required=True, help="output directory (mirrors DIR)")
     p.add_argument("--format", default="json", choices=("json", "text", "srt", "vtt", "verbose_json"))
     p.add_argument("--language", default=None, help="language code (default: the engine's)")
-    p.add_argument("--address", default=None, help="Ray cluster address (default: start a local one)")
-    p.add_argument("--workers", type=int, default=1, help="engine replicas (one per GPU on GPU clusters)")
-    p.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per replica (default 0: CPU)")
-    p.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs per replica")
-    p.add_argument("--files-per-batch", type=int, default=8, help="files each replica takes at once")
+    add_ray_arguments(p)
     p.set_defaults(func=friendly(cmd_transcribe_ray))
