@@ -1,7 +1,8 @@
 """TTS engines behind one small interface: text in, 16-bit mono PCM pieces out.
 
 ``synthesize`` yields audio as soon as the engine has it (Piper yields per sentence), so
-the service can start playback before the whole text is rendered.
+the service can start playback before the whole text is rendered. Batched GPU engines
+(``tts.kokoro``) also offer ``async synthesize_stream(text)``, which the service prefers.
 """
 
 from __future__ import annotations
@@ -79,6 +80,15 @@ class FliteEngine:
 
 def create_engine(config: TTSConfig) -> TTSEngine:
     """Pick the engine named in config; ``auto`` means Piper if installed, else flite."""
+    if config.engine == "kokoro":  # the batched GPU engine; options from ``config.kokoro`` when present
+        from tts.kokoro.options import KokoroOptions
+
+        options = getattr(config, "kokoro", None) or KokoroOptions(voice=config.voice, speed=config.speed)
+        try:
+            from tts.kokoro.engine import KokoroEngine
+        except ImportError as exc:
+            raise TTSEngineError(f"the kokoro engine needs torch: pip install 'cadence[gputts]' ({exc})") from exc
+        return KokoroEngine(options)
     if config.engine in ("auto", "piper"):
         try:
             from agent.models import ModelNotFoundError, piper_voice
@@ -90,4 +100,4 @@ def create_engine(config: TTSConfig) -> TTSEngine:
                 raise
     if config.engine in ("auto", "flite"):
         return FliteEngine(config.voice if config.engine == "flite" else "slt")
-    raise TTSEngineError(f"unknown tts.engine {config.engine!r} (auto, piper, flite)")
+    raise TTSEngineError(f"unknown tts.engine {config.engine!r} (auto, piper, flite, kokoro)")

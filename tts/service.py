@@ -2,11 +2,18 @@
 
 Text arrives clause-first (``ClauseTextAggregator``); each engine piece is pushed as soon as
 it is synthesized, resampled once to the pipeline's output rate.
+
+An engine with ``synthesize_stream(text) -> AsyncIterator[bytes]`` (the batched GPU engines) is
+awaited on the event loop directly: no worker thread per caller, so hundreds of sessions do not
+queue behind ``asyncio.to_thread``'s pool. The stream is closed when ``run_tts`` ends or is
+cancelled (barge-in, a caller who hangs up), which withdraws its queued synthesis requests.
+Other engines' blocking ``synthesize`` runs piece by piece in a worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 
 from loguru import logger
@@ -49,12 +56,16 @@ class CadenceTTSService(TTSService):
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame, None]:
         try:
             await self.start_tts_usage_metrics(text)
-            iterator = iter(self._engine.synthesize(text))
-            async for frame in self._stream_audio_frames_from_iterator(
-                self._pieces(iterator), in_sample_rate=self._engine.sample_rate, context_id=context_id
-            ):
-                await self.stop_ttfb_metrics()
-                yield frame
+            stream = getattr(self._engine, "synthesize_stream", None)
+            source = stream(text) if stream is not None else self._pieces(iter(self._engine.synthesize(text)))
+            async with contextlib.aclosing(source) as pieces, contextlib.aclosing(
+                self._stream_audio_frames_from_iterator(
+                    pieces, in_sample_rate=self._engine.sample_rate, context_id=context_id
+                )
+            ) as frames:
+                async for frame in frames:
+                    await self.stop_ttfb_metrics()
+                    yield frame
         except Exception as exc:  # the engine failed: report it, keep the session
             logger.error(f"{self}: {self._engine.name} failed on {text!r}: {exc}")
             yield ErrorFrame(error=f"TTS failed: {exc}")

@@ -1,0 +1,223 @@
+"""One synthesis scheduler per model: every caller's clauses share GPU calls.
+
+Requests are queued from any thread or event loop; one worker thread repeatedly takes everything
+pending (earliest deadline first, up to ``max_batch`` utterances) and runs ``KokoroModel.synthesize``
+on it, one batched forward per tick. Results go back through the caller's future: an asyncio future
+resolved on its own loop (:meth:`SynthesisBatcher.synthesize`) or a blocking wait
+(:meth:`SynthesisBatcher.synthesize_blocking`). A cancelled asyncio wait takes its request out of
+the queue; one already on the GPU finishes and its audio is dropped. No thread pool is involved, so
+hundreds of concurrent callers do not queue behind ``asyncio.to_thread``'s workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tts.kokoro.model import KokoroModel, Utterance
+
+Done = Callable[[np.ndarray | None, BaseException | None], None]
+_ids = itertools.count()
+logger = logging.getLogger(__name__)
+
+
+@dataclass(order=True)
+class Ticket:
+    """A queued utterance; ``deadline`` (monotonic seconds) orders the queue."""
+
+    deadline: float
+    seq: int
+    utterance: Utterance = field(compare=False)
+    done: Done = field(compare=False)
+
+
+@dataclass
+class BatcherStats:
+    ticks: int = 0
+    utterances: int = 0
+    cancelled: int = 0  # taken out of the queue before reaching the GPU
+    busy_s: float = 0.0
+    audio_s: float = 0.0
+    last_batch: int = 0
+    max_batch: int = 0
+    batch_sizes: Counter = field(default_factory=Counter)
+
+
+class SynthesisBatcher:
+    def __init__(self, model: KokoroModel, max_batch: int = 64, max_batch_phonemes: int = 0, frame_bucket: int = 8,
+                 name: str = "kokoro-batcher"):
+        self.model = model
+        self.max_batch = max(1, int(max_batch))
+        self.max_batch_phonemes = int(max_batch_phonemes)
+        self.frame_bucket = frame_bucket
+        self.stats = BatcherStats()
+        self._cond = threading.Condition()
+        self._queue: list[Ticket] = []
+        self._in_flight = 0
+        self._holds = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ queue
+    def submit(self, utterance: Utterance, done: Done, deadline: float | None = None) -> Ticket:
+        """Queue ``utterance``; ``done(audio, error)`` is called from the worker thread."""
+        ticket = Ticket(time.monotonic() if deadline is None else deadline, next(_ids), utterance, done)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the synthesis batcher is closed")
+            self._queue.append(ticket)
+            self._cond.notify()
+        return ticket
+
+    def cancel(self, ticket: Ticket) -> bool:
+        """Take ``ticket`` out of the queue; False if it is already on the GPU or done."""
+        with self._cond:
+            try:
+                self._queue.remove(ticket)
+            except ValueError:
+                return False
+            self.stats.cancelled += 1
+            return True
+
+    @property
+    def pending(self) -> int:
+        """Utterances queued and not yet taken by a tick."""
+        with self._cond:
+            return len(self._queue)
+
+    @property
+    def in_flight(self) -> int:
+        with self._cond:
+            return self._in_flight
+
+    def enqueue(self, utterance: Utterance, deadline: float | None = None) -> Request:
+        """Queue ``utterance`` for a future of the running event loop (resolved on that loop)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[np.ndarray] = loop.create_future()
+
+        def done(audio: np.ndarray | None, error: BaseException | None) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
+                loop.call_soon_threadsafe(_resolve, fut, audio, error)
+
+        return Request(self, self.submit(utterance, done, deadline), fut)
+
+    def submit_future(self, utterance: Utterance, deadline: float | None = None) -> Request:
+        """Queue ``utterance`` for a ``concurrent.futures.Future`` (for callers outside an event loop)."""
+        fut: concurrent.futures.Future[np.ndarray] = concurrent.futures.Future()
+
+        def done(audio: np.ndarray | None, error: BaseException | None) -> None:
+            if fut.set_running_or_notify_cancel():
+                fut.set_exception(error) if error is not None else fut.set_result(audio)
+
+        return Request(self, self.submit(utterance, done, deadline), fut)
+
+    async def synthesize(self, utterance: Utterance, deadline: float | None = None) -> np.ndarray:
+        """Audio of one utterance, awaited on the running loop; cancelling the wait dequeues it."""
+        request = self.enqueue(utterance, deadline)
+        try:
+            return await request.future  # type: ignore[misc]
+        finally:
+            request.cancel()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """No tick starts inside this block (requests queue up); for tests and ordered warm-ups."""
+        with self._cond:
+            self._holds += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._holds -= 1
+                self._cond.notify()
+
+    def close(self, timeout: float = 5.0) -> None:
+        with self._cond:
+            self._closed = True
+            queued, self._queue = self._queue, []
+            self._cond.notify()
+        for ticket in queued:
+            ticket.done(None, RuntimeError("the synthesis batcher closed"))
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    # ------------------------------------------------------------------ worker
+    def _take(self) -> list[Ticket]:
+        self._queue.sort()
+        batch, ids = [], 0
+        for ticket in self._queue:
+            n = len(ticket.utterance.ids)
+            if batch and (len(batch) >= self.max_batch or (self.max_batch_phonemes and ids + n > self.max_batch_phonemes)):
+                break
+            batch.append(ticket)
+            ids += n
+        del self._queue[: len(batch)]
+        return batch
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (not self._queue or self._holds):
+                    self._cond.wait()
+                if self._closed:
+                    return
+                batch = self._take()
+                self._in_flight = len(batch)
+            start = time.perf_counter()
+            try:
+                result = self.model.synthesize([t.utterance for t in batch], frame_bucket=self.frame_bucket)
+            except Exception as exc:  # fail this tick's callers, keep serving the others
+                logger.exception(f"kokoro batch of {len(batch)} failed")
+                outcomes = [(None, exc)] * len(batch)
+            else:
+                outcomes = [(audio, None) for audio in result.audio]
+                self.stats.audio_s += sum(len(a) for a in result.audio) / self.model.sample_rate
+            self.stats.busy_s += time.perf_counter() - start
+            self.stats.ticks += 1
+            self.stats.utterances += len(batch)
+            self.stats.last_batch = len(batch)
+            self.stats.max_batch = max(self.stats.max_batch, len(batch))
+            self.stats.batch_sizes[len(batch)] += 1
+            with self._cond:
+                self._in_flight = 0
+            for ticket, (audio, error) in zip(batch, outcomes, strict=True):
+                try:
+                    ticket.done(audio, error)
+                except Exception:  # a caller's callback must not stop the worker
+                    logger.exception("kokoro result callback failed")
+
+
+@dataclass
+class Request:
+    """A queued utterance and the future its audio arrives on; ``cancel`` is safe at any time."""
+
+    batcher: SynthesisBatcher
+    ticket: Ticket
+    future: asyncio.Future | concurrent.futures.Future
+
+    def cancel(self) -> None:
+        """Dequeue if still queued and cancel the future (no-op once the audio has arrived)."""
+        if self.future.done() and not self.future.cancelled():
+            return
+        self.batcher.cancel(self.ticket)
+        self.future.cancel()
+
+
+def _resolve(fut: asyncio.Future, audio: np.ndarray | None, error: BaseException | None) -> None:
+    if fut.done():
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(audio)

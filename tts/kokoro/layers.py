@@ -1,0 +1,204 @@
+"""Kokoro's building blocks with padding-aware forwards, parameter names as in hexgrad's ``kokoro`` package.
+
+Every module here keeps the parameter layout of its counterpart in ``kokoro.modules`` /
+``kokoro.istftnet`` (so a real ``kokoro-v1_0.pth`` loads into it), but its forward takes a
+:class:`Span` telling each batch item's valid length. Padded positions are zeroed before every
+convolution and excluded from every instance-norm statistic, and bidirectional LSTMs run packed, so a
+padded batch computes, for each item, what Kokoro computes for that item alone.
+
+Convention: a block's input and output are *clean* (zeros past each item's length).
+Weight-normed layers are plain convolutions flagged with :func:`weight_normed`; the checkpoint
+reader folds ``weight_g``/``weight_v`` into ``weight`` (inference never recomputes the norm).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+WN_FLAG = "_kokoro_weight_norm"
+_INV_SQRT2 = float(torch.rsqrt(torch.tensor(2.0)))  # Kokoro's torch.rsqrt(torch.tensor(2))
+
+
+def weight_normed(module: nn.Module) -> nn.Module:
+    """Mark ``module``'s ``weight`` as stored as ``weight_g``/``weight_v`` (torch weight_norm, dim 0) on disk."""
+    setattr(module, WN_FLAG, True)
+    return module
+
+
+@dataclass
+class Span:
+    """Valid lengths of a padded batch at one time resolution.
+
+    ``mask`` is (B, 1, T) in the activation dtype (1 valid, 0 padding); ``count`` (B, 1, 1) float32.
+    """
+
+    lengths: list[int]
+    mask: torch.Tensor
+    count: torch.Tensor
+
+    @classmethod
+    def of(cls, lengths: list[int], total: int, device: torch.device, dtype: torch.dtype) -> Span:
+        lens = torch.tensor(lengths, device=device)
+        mask = (torch.arange(total, device=device)[None, :] < lens[:, None]).to(dtype)[:, None, :]
+        return cls(list(lengths), mask, lens.to(torch.float32).clamp(min=1)[:, None, None])
+
+    @property
+    def total(self) -> int:
+        return int(self.mask.shape[-1])
+
+    def bool_mask(self) -> torch.Tensor:
+        """(B, T) True where padded (Kokoro's ``text_mask`` convention)."""
+        return self.mask[:, 0, :] == 0
+
+    def to(self, dtype: torch.dtype) -> Span:
+        return Span(self.lengths, self.mask.to(dtype), self.count)
+
+
+def masked_instance_norm(x: torch.Tensor, span: Span, eps: float = 1e-5) -> torch.Tensor:
+    """``F.instance_norm`` over each item's valid frames only (statistics in float32 or better)."""
+    work = torch.promote_types(x.dtype, torch.float32)
+    xf, m = x.to(work), span.mask.to(work)
+    mean = (xf * m).sum(-1, keepdim=True) / span.count
+    centered = (xf - mean) * m
+    var = centered.square().sum(-1, keepdim=True) / span.count
+    return (centered * torch.rsqrt(var + eps)).to(x.dtype)
+
+
+class LayerNorm(nn.Module):
+    """Channel layer norm of (B, C, T) with ``gamma``/``beta`` (kokoro.modules.LayerNorm)."""
+
+    def __init__(self, channels: int, eps: float = 1e-5):
+        super().__init__()
+        self.channels, self.eps = channels, eps
+        self.gamma = nn.Parameter(torch.ones(channels))
+        self.beta = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.layer_norm(x.transpose(1, -1), (self.channels,), self.gamma, self.beta, self.eps)
+        return x.transpose(1, -1)
+
+
+class AdaLayerNorm(nn.Module):
+    """Style-conditioned layer norm over channels of (B, T, C)."""
+
+    def __init__(self, style_dim: int, channels: int, eps: float = 1e-5):
+        super().__init__()
+        self.channels, self.eps = channels, eps
+        self.fc = nn.Linear(style_dim, channels * 2)
+
+    def forward(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        gamma, beta = self.fc(s)[:, None, :].chunk(2, dim=-1)
+        return (1 + gamma) * F.layer_norm(x, (self.channels,), eps=self.eps) + beta
+
+
+class AdaIN1d(nn.Module):
+    """Style-conditioned instance norm; ``norm`` keeps InstanceNorm1d's (affine) parameter names."""
+
+    def __init__(self, style_dim: int, num_features: int):
+        super().__init__()
+        self.norm = nn.InstanceNorm1d(num_features, affine=True)
+        self.fc = nn.Linear(style_dim, num_features * 2)
+
+    def forward(self, x: torch.Tensor, s: torch.Tensor, span: Span) -> torch.Tensor:
+        gamma, beta = self.fc(s)[:, :, None].chunk(2, dim=1)
+        x = masked_instance_norm(x, span, self.norm.eps)
+        x = x * self.norm.weight[:, None] + self.norm.bias[:, None]
+        return (1 + gamma) * x + beta
+
+
+def _conv(c_in: int, c_out: int, k: int, **kw) -> nn.Conv1d:
+    return weight_normed(nn.Conv1d(c_in, c_out, k, **kw))  # type: ignore[return-value]
+
+
+class AdainResBlk1d(nn.Module):
+    """StyleTTS2's AdaIN residual block; ``upsample`` doubles the frames (nearest + depthwise transpose)."""
+
+    def __init__(self, dim_in: int, dim_out: int, style_dim: int = 64, upsample: bool = False):
+        super().__init__()
+        self.upsample_type = "nearest" if upsample else "none"
+        self.learned_sc = dim_in != dim_out
+        self.conv1 = _conv(dim_in, dim_out, 3, padding=1)
+        self.conv2 = _conv(dim_out, dim_out, 3, padding=1)
+        self.norm1 = AdaIN1d(style_dim, dim_in)
+        self.norm2 = AdaIN1d(style_dim, dim_out)
+        if self.learned_sc:
+            self.conv1x1 = _conv(dim_in, dim_out, 1, bias=False)
+        if upsample:
+            self.pool = weight_normed(nn.ConvTranspose1d(dim_in, dim_in, kernel_size=3, stride=2, groups=dim_in,
+                                                         padding=1, output_padding=1))
+
+    @property
+    def upsamples(self) -> bool:
+        return self.upsample_type != "none"
+
+    def forward(self, x: torch.Tensor, s: torch.Tensor, span_in: Span, span_out: Span) -> torch.Tensor:
+        """``span_out`` is ``span_in`` unless the block upsamples (then twice the lengths)."""
+        m_in, m_out = span_in.mask, span_out.mask
+        r = F.leaky_relu(self.norm1(x, s, span_in), 0.2) * m_in
+        if self.upsamples:
+            r = self.pool(r) * m_out
+        r = self.conv1(r)
+        r = F.leaky_relu(self.norm2(r, s, span_out), 0.2) * m_out
+        r = self.conv2(r)
+        sc = F.interpolate(x, scale_factor=2, mode="nearest") if self.upsamples else x
+        if self.learned_sc:
+            sc = self.conv1x1(sc)
+        return (r + sc) * _INV_SQRT2 * m_out
+
+
+class AdaINResBlock1(nn.Module):
+    """HiFi-GAN resblock with AdaIN and Snake activations (the ISTFTNet generator's)."""
+
+    def __init__(self, channels: int, kernel_size: int = 3, dilation: tuple[int, ...] = (1, 3, 5),
+                 style_dim: int = 64):
+        super().__init__()
+        self.convs1 = nn.ModuleList(_conv(channels, channels, kernel_size, dilation=d,
+                                          padding=(kernel_size * d - d) // 2) for d in dilation)
+        self.convs2 = nn.ModuleList(_conv(channels, channels, kernel_size, dilation=1,
+                                          padding=(kernel_size - 1) // 2) for _ in dilation)
+        self.adain1 = nn.ModuleList(AdaIN1d(style_dim, channels) for _ in dilation)
+        self.adain2 = nn.ModuleList(AdaIN1d(style_dim, channels) for _ in dilation)
+        self.alpha1 = nn.ParameterList(nn.Parameter(torch.ones(1, channels, 1)) for _ in dilation)
+        self.alpha2 = nn.ParameterList(nn.Parameter(torch.ones(1, channels, 1)) for _ in dilation)
+
+    def forward(self, x: torch.Tensor, s: torch.Tensor, span: Span) -> torch.Tensor:
+        m = span.mask
+        for c1, c2, n1, n2, a1, a2 in zip(self.convs1, self.convs2, self.adain1, self.adain2, self.alpha1,
+                                          self.alpha2, strict=True):
+            xt = n1(x, s, span)
+            xt = (xt + (1 / a1) * torch.sin(a1 * xt) ** 2) * m
+            xt = n2(c1(xt), s, span)
+            xt = (xt + (1 / a2) * torch.sin(a2 * xt) ** 2) * m
+            x = c2(xt) * m + x
+        return x
+
+
+def packed_lstm(lstm: nn.LSTM, x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    """Run a batch-first LSTM over (B, T, C) packed by ``lengths``; returns (B, T, H) zero past each length."""
+    total = x.shape[1]
+    if all(n == total for n in lengths):
+        out, _ = lstm(x)
+        return out
+    packed = nn.utils.rnn.pack_padded_sequence(x, torch.tensor(lengths), batch_first=True, enforce_sorted=False)
+    out, _ = lstm(packed)
+    out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=total)
+    return out
+
+
+def init_generator_weights(module: nn.Module, std: float = 0.01) -> None:
+    """ISTFTNet's init_weights: N(0, 0.01) conv weights."""
+    for m in module.modules():
+        if isinstance(m, nn.Conv1d | nn.ConvTranspose1d):
+            nn.init.normal_(m.weight, 0.0, std)
+
+
+def hann_window(n: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    return torch.hann_window(n, periodic=True, dtype=torch.float32, device=device).to(dtype)
+
+
+__all__ = ["AdaIN1d", "AdaLayerNorm", "AdainResBlk1d", "AdaINResBlock1", "LayerNorm", "Span", "WN_FLAG",
+           "hann_window", "init_generator_weights", "masked_instance_norm", "packed_lstm", "weight_normed"]

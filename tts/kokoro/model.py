@@ -1,0 +1,188 @@
+"""``KokoroModel``: Kokoro-82M (StyleTTS2 + ISTFTNet) with a batched forward.
+
+Kokoro's own ``KModel.forward_with_tokens`` takes one utterance. :meth:`KokoroModel.synthesize`
+takes many: token ids are right-padded, ALBERT masks padded keys, LSTMs run packed, each item's
+predicted durations build its own alignment, the decoder runs over the padded frames with masked
+statistics, and each item's audio is cut to its own length (600 samples per alignment frame).
+
+The text side (ALBERT, encoders, LSTMs, prosody) runs in float32 (or float64); ``decoder_dtype``
+(bf16/fp16 on CUDA) applies to the convolutional decoder, where the time goes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from tts.kokoro import config as kconfig
+from tts.kokoro.albert import Albert
+from tts.kokoro.decoder import Decoder
+from tts.kokoro.layers import Span
+from tts.kokoro.prosody import ProsodyPredictor, TextEncoder
+
+PARTS = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
+
+
+@dataclass
+class Utterance:
+    """One item of a batch: phoneme ids (no boundary tokens), a 256-d style row, speed, optional noise seed."""
+
+    ids: list[int]
+    style: torch.Tensor
+    speed: float = 1.0
+    seed: int | None = None
+
+
+@dataclass
+class BatchResult:
+    audio: list[np.ndarray]  # float32 in [-1, 1] (clamped), one per utterance
+    durations: list[list[int]]  # frames per token, boundary tokens included
+    frames: int  # padded alignment frames of the batch
+
+
+class KokoroModel(nn.Module):
+    def __init__(self, config: dict[str, Any]):
+        super().__init__()
+        cfg = kconfig.normalize(config)
+        self.config = cfg
+        self.vocab: dict[str, int] = cfg["vocab"]
+        hidden, style = int(cfg["hidden_dim"]), int(cfg["style_dim"])
+        self.style_dim = style
+        self.bert = Albert(int(cfg["n_token"]), cfg["plbert"])
+        self.bert_encoder = nn.Linear(self.bert.hidden_size, hidden)
+        self.predictor = ProsodyPredictor(style_dim=style, d_hid=hidden, nlayers=int(cfg["n_layer"]),
+                                          max_dur=int(cfg["max_dur"]))
+        self.text_encoder = TextEncoder(channels=hidden, kernel_size=int(cfg["text_encoder_kernel_size"]),
+                                        depth=int(cfg["n_layer"]), n_symbols=int(cfg["n_token"]))
+        self.decoder = Decoder(dim_in=hidden, style_dim=style, istftnet=cfg["istftnet"],
+                               decoder_dim=int(cfg["decoder_dim"]), asr_res_dim=int(cfg["asr_res_dim"]))
+        self.eval()
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def device(self) -> torch.device:
+        return self.bert_encoder.weight.device
+
+    @property
+    def sample_rate(self) -> int:
+        return kconfig.SAMPLE_RATE
+
+    @property
+    def samples_per_frame(self) -> int:
+        """Audio samples per alignment frame (600: 25 ms at 24 kHz)."""
+        return 2 * self.decoder.generator.samples_per_frame
+
+    @property
+    def max_phonemes(self) -> int:
+        """Longest id sequence one item may have (ALBERT positions minus the two boundary tokens)."""
+        return self.bert.max_positions - 2
+
+    @property
+    def decoder_dtype(self) -> torch.dtype:
+        return self.decoder.F0_conv.weight.dtype
+
+    def set_decoder_dtype(self, dtype: torch.dtype) -> KokoroModel:
+        """Run the decoder in ``dtype`` (its weights are cast); the text side keeps its precision."""
+        self.decoder.to(dtype)
+        return self
+
+    def parameter_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.parameters())
+
+    # ------------------------------------------------------------------ the batched forward
+    def synthesize(self, items: list[Utterance], frame_bucket: int = 1) -> BatchResult:
+        """Synthesize every utterance in one pass; ``frame_bucket`` rounds padded frames up (fewer shapes).
+
+        On the CPU oneDNN is switched off for the call: it builds new kernels for every new shape
+        (seconds each on a small machine) and every clause has new shapes. The switch is process-wide
+        while the call runs; other threads' CPU ops are then only slower, never wrong.
+        """
+        if not items:
+            return BatchResult([], [], 0)
+        if self.device.type == "cpu" and torch.backends.mkldnn.enabled:
+            torch.backends.mkldnn.enabled = False
+            try:
+                return self._synthesize(items, frame_bucket)
+            finally:
+                torch.backends.mkldnn.enabled = True
+        return self._synthesize(items, frame_bucket)
+
+    @torch.inference_mode()
+    def _synthesize(self, items: list[Utterance], frame_bucket: int) -> BatchResult:
+        dev = self.device
+        text_dtype = self.bert_encoder.weight.dtype
+        work = torch.promote_types(text_dtype, torch.float32)
+        for it in items:
+            if not it.ids:
+                raise ValueError("an utterance needs at least one phoneme id")
+            if len(it.ids) > self.max_phonemes:
+                raise ValueError(f"{len(it.ids)} phoneme ids exceed Kokoro's {self.max_phonemes}")
+        lengths = [len(it.ids) + 2 for it in items]
+        t = max(lengths)
+        ids = np.zeros((len(items), t), dtype=np.int64)
+        for row, it in enumerate(items):
+            ids[row, 1:1 + len(it.ids)] = it.ids
+        ids_t = torch.from_numpy(ids).to(dev, non_blocking=True)
+        tokens = Span.of(lengths, t, dev, text_dtype)
+        ref = torch.stack([it.style.reshape(-1) for it in items]).to(dev, text_dtype)
+        s_dec, s_pro = ref[:, : self.style_dim], ref[:, self.style_dim:]
+        speed = torch.tensor([it.speed for it in items], device=dev, dtype=text_dtype)
+
+        valid = None if all(n == t for n in lengths) else tokens.mask[:, 0, :] > 0
+        bert = self.bert(ids_t, valid)
+        d_en = self.bert_encoder(bert).transpose(1, 2) * tokens.mask
+        d = self.predictor.text_encoder(d_en, s_pro, tokens)  # (B, T, C + S)
+        dur = self.predictor.durations(d, tokens, speed)
+        dur = torch.round(dur).clamp(min=1).long() * tokens.mask[:, 0, :].long()
+        dur_host = dur.cpu().numpy()  # the batch's one device-to-host sync before the decoder
+        durations = [dur_host[row, :n].tolist() for row, n in enumerate(lengths)]
+        frames = [int(sum(x)) for x in durations]
+        f = _round_up(max(frames), frame_bucket)
+        index = np.zeros((len(items), f), dtype=np.int64)
+        for row, per_token in enumerate(durations):
+            index[row, : frames[row]] = np.repeat(np.arange(len(per_token)), per_token)
+        index_t = torch.from_numpy(index).to(dev, non_blocking=True)
+        fspan = Span.of(frames, f, dev, text_dtype)
+        fspan2 = Span.of([2 * n for n in frames], 2 * f, dev, text_dtype)
+
+        en = _align(d.transpose(1, 2), index_t) * fspan.mask  # (B, C + S, F)
+        f0, energy = self.predictor.f0_energy(en, s_pro, fspan, fspan2)
+        t_en = self.text_encoder(ids_t, tokens)
+        asr = _align(t_en, index_t) * fspan.mask
+
+        dd = self.decoder_dtype
+        noise = _noise(items, [n * self.samples_per_frame for n in frames], f * self.samples_per_frame, dev, work)
+        audio, out_lengths = self.decoder(asr.to(dd), f0.to(dd), energy.to(dd), s_dec.to(dd), fspan.to(dd),
+                                          fspan2.to(dd), noise, work)
+        audio = torch.nan_to_num(audio.float(), nan=0.0, posinf=1.0, neginf=-1.0).clamp_(-1.0, 1.0).cpu().numpy()
+        return BatchResult([audio[row, :n].copy() for row, n in enumerate(out_lengths)], durations, f)
+
+
+def _align(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Kokoro's ``x @ pred_aln_trg`` as a gather: (B, C, T) -> (B, C, F) by each frame's token."""
+    return torch.gather(x, 2, index[:, None, :].expand(-1, x.shape[1], -1))
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return int(math.ceil(n / multiple) * multiple) if multiple > 1 else n
+
+
+def _noise(items: list[Utterance], lengths: list[int], total: int, dev: torch.device,
+           dtype: torch.dtype) -> torch.Tensor:
+    """Standard normal (B, total); an item with a seed gets the same noise alone or batched."""
+    if all(it.seed is None for it in items):
+        return torch.randn(len(items), total, device=dev, dtype=dtype)
+    out = torch.zeros(len(items), total, device=dev, dtype=dtype)
+    for row, (it, n) in enumerate(zip(items, lengths, strict=True)):
+        gen = torch.Generator(device=dev)
+        if it.seed is not None:
+            gen.manual_seed(it.seed)
+        else:
+            gen.seed()
+        out[row, :n] = torch.randn(n, generator=gen, device=dev, dtype=dtype)
+    return out

@@ -1,0 +1,30 @@
+"""Options of the Kokoro GPU TTS engine (``tts.kokoro.engine.KokoroEngine``); standard library only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class KokoroOptions:
+    # Weights: a folder (config.json + *.pth + voices/) or a .pth file; "" = random weights of the real
+    # architecture (full Kokoro-82M size, or the tiny configuration when ``tiny``).
+    checkpoint: str = ""
+    voice: str = ""  # a voice pack .pt, or a name under <checkpoint>/voices; "" = the first there (or random)
+    tiny: bool = False
+    seed: int = 0  # random weights and voice
+    device: str = "auto"  # auto: cuda when available, else cpu; or "cuda:1", "cpu"...
+    # The convolutional decoder's dtype: float32 | bfloat16 | float16; auto = float32. The text side and
+    # the STFTs stay float32. bench/tts_gpu.py measures both before a default changes.
+    dtype: str = "auto"
+    max_batch: int = 64  # utterances per GPU call
+    max_batch_phonemes: int = 0  # 0: no cap; else a tick stops adding utterances past this many ids
+    frame_bucket: int = 8  # padded frames rounded up to a multiple (fewer distinct shapes on the GPU)
+    speed: float = 1.0
+    g2p: str = "espeak"  # espeak (libespeak-ng, Debian's espeak-ng) | chars (letters; load tests only)
+    language: str = "en-us"  # the espeak voice used for phonemization
+    first_clause_words: int = 4  # the first clause is cut at its first , ; : — once it has this many words
+    max_clause_words: int = 24  # longer sentences are cut at clause marks
+    warmup: bool = True  # run one full batch at start (CUDA: measures the peak memory the plan checks)
+    warmup_text: str = "Thanks for calling, I can help you with that right away."
+    cudnn_benchmark: bool = False
