@@ -147,12 +147,12 @@ class KokoroEngine:
         if first is None:
             return
         request: Request | None = self.batcher.enqueue(first, time.monotonic())
-        runs_out: float | None = None  # when a listener playing in real time would run out of audio
+        runs_out: float | None = None  # when a listener would run out of audio delivered at ``pace``
         try:
             while request is not None:
                 audio = await request.future
                 now = time.monotonic()
-                runs_out = max(runs_out or now, now) + len(audio) / self.sample_rate
+                runs_out = max(runs_out or now, now) + len(audio) / self.sample_rate / self.options.pace
                 following = next(units, None)
                 request = self.batcher.enqueue(following, runs_out) if following is not None else None
                 yield pcm16(audio)
@@ -172,7 +172,7 @@ class KokoroEngine:
             while request is not None:
                 audio = request.future.result()
                 now = time.monotonic()
-                runs_out = max(runs_out or now, now) + len(audio) / self.sample_rate
+                runs_out = max(runs_out or now, now) + len(audio) / self.sample_rate / self.options.pace
                 following = next(units, None)
                 request = self.batcher.submit_future(following, runs_out) if following is not None else None
                 yield pcm16(audio)

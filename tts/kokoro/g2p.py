@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import re
 import threading
 from typing import Protocol
@@ -80,18 +81,14 @@ class EspeakG2P:
     def _load(cls) -> ctypes.CDLL:
         with cls._lock:
             if cls._lib is None:
-                path = ctypes.util.find_library("espeak-ng") or "libespeak-ng.so.1"
-                try:
-                    lib = ctypes.cdll.LoadLibrary(path)
-                except OSError:
-                    raise G2PError("libespeak-ng is not installed (Debian package 'espeak-ng'); "
-                                   "or use g2p='chars' for load tests") from None
+                lib, data = _open_espeak()
                 lib.espeak_Initialize.restype = ctypes.c_int
                 lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
                 lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
                 lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
                 lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int]
-                if lib.espeak_Initialize(0x02, 0, None, 0) < 0:  # AUDIO_OUTPUT_RETRIEVAL: no sound device
+                # 0x02: AUDIO_OUTPUT_RETRIEVAL (no sound device); data: the folder holding espeak-ng-data
+                if lib.espeak_Initialize(0x02, 0, data, 0) < 0:
                     raise G2PError("espeak-ng failed to initialize (espeak-ng-data missing?)")
                 cls._lib = lib
             return cls._lib
@@ -121,6 +118,24 @@ class EspeakG2P:
             ipa = espeak_to_kokoro(self._ipa(words)) if words else ""
             parts.append((ipa + marks[:1]).strip())
         return " ".join(p for p in parts if p)
+
+
+def _open_espeak() -> tuple[ctypes.CDLL, bytes | None]:
+    """Debian's libespeak-ng, else the one the ``espeakng-loader`` wheel carries (with its data)."""
+    system = ctypes.util.find_library("espeak-ng")
+    if system:
+        try:
+            return ctypes.cdll.LoadLibrary(system), None
+        except OSError:
+            pass
+    try:
+        import espeakng_loader  # a wheel with libespeak-ng and espeak-ng-data: hosts without apt (the H200 image)
+
+        lib = ctypes.cdll.LoadLibrary(espeakng_loader.get_library_path())
+        return lib, os.path.dirname(espeakng_loader.get_data_path()).encode()
+    except (ImportError, OSError, RuntimeError):
+        raise G2PError("libespeak-ng is not installed (Debian package 'espeak-ng', or the espeakng-loader "
+                       "wheel); g2p='chars' serves load tests") from None
 
 
 class CharG2P:

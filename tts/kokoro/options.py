@@ -23,6 +23,9 @@ class KokoroOptions:
     speed: float = 1.0
     g2p: str = "espeak"  # espeak (libespeak-ng, Debian's espeak-ng) | chars (letters; load tests only)
     language: str = "en-us"  # the espeak voice used for phonemization
+    # A stream's later clauses are due when a listener would run out of audio if it arrived at this
+    # multiple of real time (the batcher serves the earliest deadline first; 1.2x is the capacity rule).
+    pace: float = 1.25
     first_clause_words: int = 4  # the first clause is cut at its first , ; : — once it has this many words
     max_clause_words: int = 24  # longer sentences are cut at clause marks
     warmup: bool = True  # run one full batch at start (CUDA: measures the peak memory the plan checks)

@@ -68,7 +68,7 @@ def split_ids(ids: list[int], limit: int, space_id: int = 16) -> list[list[int]]
     """Split an over-long id sequence at word boundaries (spaces) into pieces of at most ``limit``."""
     if len(ids) <= limit:
         return [ids]
-    cut = max((i for i, x in enumerate(ids[:limit]) if x == space_id), default=limit - 1)
+    cut = max((i for i, x in enumerate(ids[: limit + 1]) if x == space_id), default=limit)
     cut = max(cut, 1)
     head, tail = ids[:cut], ids[cut + 1:] if ids[cut] == space_id else ids[cut:]
     return [head, *split_ids(tail, limit, space_id)] if tail else [head]

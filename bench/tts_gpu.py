@@ -1,0 +1,349 @@
+"""Kokoro GPU TTS alone: time to first audio, batch throughput, and concurrent real-time streams.
+
+    CADENCE_COMMIT=$(git rev-parse --short HEAD) PYTHONPATH=. python3 bench/tts_gpu.py --g2p none --out $OUT/tts_gpu.json
+
+Full-size Kokoro-82M with random weights (durations calibrated to ~75 ms a phoneme) through the real
+engine (``tts.kokoro.engine.KokoroEngine``: its SynthesisBatcher, clause streaming, deadlines):
+
+1. ``single``: time to first audio at one stream: p50/p99 over ``--single-n`` first clauses.
+2. ``batches``: one GPU call of B copies of a typical clause, per B and decoder dtype (ms, audio s/s,
+   peak memory): where batching and bf16 pay.
+3. ``ramp``: N concurrent streams. Each stream is a caller hearing replies: it asks for a reply (2-4
+   sentences of agent text, clause-streamed), reads its pieces as they come (a transport buffers
+   them), plays them in real time, pauses as a caller would speak, and asks again. Per level:
+   first-audio latency p50/p99 (request -> first piece), each reply's delivery ratio (the runtime's
+   ``output_rt_ratio``: audio that arrived before the last piece / time from first to last piece),
+   its 1st percentile over all replies and over streams, late pieces (the player ran dry), and the
+   batcher's ticks. ``max_streams_ok`` is the largest level whose p1 reply ratio is >= 1.2.
+
+``--g2p none`` maps letters onto Kokoro's phoneme vocabulary (the H200 image has no espeak-ng): a
+load test with realistic phoneme counts, not speech. Falls back to the CPU (with a warning) without
+CUDA; ``--tiny`` selects the tiny configuration there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tts.kokoro.engine import KokoroEngine  # noqa: E402
+from tts.kokoro.model import Utterance  # noqa: E402
+from tts.kokoro.options import KokoroOptions  # noqa: E402
+
+REPLIES = [
+    "Sure, I can help with that. Your order shipped this morning and should arrive on Thursday.",
+    "Thanks for waiting. I found your account, and the last payment was received on the third.",
+    "Of course. The store opens at nine in the morning and closes at eight in the evening, every day "
+    "except Sunday.",
+    "I'm sorry about the trouble. Let me check what happened with your delivery. It looks like the "
+    "driver could not reach the door, so the package went back to the depot.",
+    "Good question. The basic plan includes unlimited calls and ten gigabytes of data. The premium plan "
+    "doubles the data and adds international roaming.",
+    "Got it. I've booked a table for four at seven thirty tonight. You'll get a confirmation by text.",
+    "Let me see. The next train to the airport leaves in twelve minutes from platform three. After that, "
+    "there is one every twenty minutes.",
+    "No problem at all. I've cancelled the appointment. Would you like me to find another time next week?",
+    "Your balance is two hundred and forty dollars. The next bill is due on the fifteenth, and autopay is on.",
+    "Alright, I can reset that for you. You'll receive a link by email in a minute or two. The link stays "
+    "valid for one hour.",
+    "The weather tomorrow looks mild, with a high of twenty degrees. There is a small chance of rain in "
+    "the afternoon, so an umbrella might help.",
+    "I understand. I've escalated the case to our technical team, and someone will call you back within "
+    "twenty four hours.",
+    "Yes, we do deliver on weekends. Saturday deliveries arrive before noon, and there is no extra charge.",
+    "Perfect. Your new address is saved. Future orders will go to the new place, starting with the next one.",
+    "Hmm, that item is out of stock right now. It should be back in about two weeks. I can notify you when "
+    "it arrives, if you like.",
+    "Certainly. The refund was issued yesterday. Depending on your bank, it can take three to five business "
+    "days to show up.",
+]
+FIRST_CLAUSES = [r.split(".")[0] + "." for r in REPLIES]
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
+
+
+def git_commit() -> str:
+    env = os.environ.get("CADENCE_COMMIT")
+    if env:
+        return env
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parents[1])
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def environment() -> dict[str, Any]:
+    env: dict[str, Any] = {"command": " ".join([os.path.basename(sys.executable), *sys.argv]), "commit": git_commit(),
+                           "python": platform.python_version(), "torch": torch.__version__,
+                           "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name()
+        env["cuda"] = torch.version.cuda
+    return env
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ---------------------------------------------------------------------------------------------- 1. single stream
+async def single_stream(engine: KokoroEngine, n: int) -> dict[str, Any]:
+    lat = []
+    for i in range(n):
+        text = FIRST_CLAUSES[i % len(FIRST_CLAUSES)]
+        while engine.batcher.pending or engine.batcher.in_flight:  # alone on an idle engine
+            await asyncio.sleep(0.001)
+        t0 = time.perf_counter()
+        stream = engine.synthesize_stream(text)
+        await stream.__anext__()
+        lat.append((time.perf_counter() - t0) * 1000)
+        await stream.aclose()
+    return {"n": n, "first_audio_ms": {"p50": pct(lat, 50), "p99": pct(lat, 99), "min": min(lat), "max": max(lat)}}
+
+
+# ---------------------------------------------------------------------------------------------- 2. batches
+def batch_sweep(engine: KokoroEngine, sizes: list[int], dtypes: list[str], iters: int) -> list[dict[str, Any]]:
+    """One GPU call of B copies of a typical clause, per decoder dtype (the engine's batcher is idle)."""
+    model, dev = engine.model, engine.device
+    ids = engine.phoneme_ids("Sure, I can help with that, your order shipped this morning.")
+    rows = []
+    original = model.decoder_dtype
+    for dtype in dtypes:
+        model.set_decoder_dtype(getattr(torch, dtype))
+        for b in sizes:
+            items = [Utterance(ids, engine.style_for(len(ids)), 1.0) for _ in range(b)]
+            model.synthesize(items, frame_bucket=engine.options.frame_bucket)  # warm this shape
+            sync(dev)
+            if dev.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(dev)
+                base = torch.cuda.memory_allocated(dev)
+            times, audio_s = [], 0.0
+            for _ in range(iters):
+                t0 = time.perf_counter()
+                res = model.synthesize(items, frame_bucket=engine.options.frame_bucket)
+                sync(dev)
+                times.append(time.perf_counter() - t0)
+                audio_s = sum(len(a) for a in res.audio) / engine.sample_rate
+            ms = statistics.median(times) * 1000
+            row = {"dtype": dtype, "batch": b, "ms": round(ms, 2), "audio_s": round(audio_s, 2),
+                   "audio_s_per_s": round(audio_s / (ms / 1000), 1)}
+            if dev.type == "cuda":
+                row["peak_mib"] = round((torch.cuda.max_memory_allocated(dev) - base) / 2**20, 1)
+            rows.append(row)
+            print(f"  batch {dtype:8s} B={b:4d}: {ms:8.2f} ms, {row['audio_s_per_s']:9.1f} audio s/s", flush=True)
+    model.set_decoder_dtype(original)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- 3. ramp
+@dataclass
+class Reply:
+    stream: int
+    requested: float
+    arrivals: list[float] = field(default_factory=list)
+    audio: list[float] = field(default_factory=list)
+    late_s: float = 0.0
+    done: bool = False
+
+    @property
+    def first_audio_ms(self) -> float:
+        return (self.arrivals[0] - self.requested) * 1000
+
+    @property
+    def ratio(self) -> float | None:
+        """Audio that arrived before the last piece / time from the first piece to the last."""
+        span = self.arrivals[-1] - self.arrivals[0]
+        if len(self.arrivals) < 2 or span <= 0.010:
+            return None
+        return min(sum(self.audio[:-1]) / span, 1000.0)
+
+
+async def caller(engine: KokoroEngine, idx: int, stop_at: float, replies: list[Reply], rng: random.Random,
+                 pause_s: tuple[float, float]) -> None:
+    await asyncio.sleep(rng.uniform(0, pause_s[1]))  # stagger the starts
+    loop = asyncio.get_running_loop()
+    while loop.time() < stop_at:
+        reply = Reply(idx, loop.time())
+        play_end = 0.0
+        async for pcm in engine.synthesize_stream(rng.choice(REPLIES)):
+            now = loop.time()
+            dur = len(pcm) / 2 / engine.sample_rate
+            if reply.arrivals and now > play_end:
+                reply.late_s = max(reply.late_s, now - play_end)
+            play_end = max(play_end, now) + dur
+            reply.arrivals.append(now)
+            reply.audio.append(dur)
+        reply.done = True
+        replies.append(reply)
+        # hear the rest of the reply, then the caller talks for a while before the next one
+        await asyncio.sleep(max(0.0, play_end - loop.time()) + rng.uniform(*pause_s))
+
+
+async def run_level(engine: KokoroEngine, n: int, seconds: float, warm_s: float, pause_s: tuple[float, float],
+                    seed: int) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    stop_at = start + warm_s + seconds
+    replies: list[Reply] = []
+    stats0 = (engine.batcher.stats.ticks, engine.batcher.stats.utterances, engine.batcher.stats.busy_s)
+    rng = random.Random(seed)
+    tasks = [asyncio.ensure_future(caller(engine, i, stop_at, replies, random.Random(rng.random()), pause_s))
+             for i in range(n)]
+    await asyncio.sleep(stop_at - loop.time())
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    wall = loop.time() - start
+    kept = [r for r in replies if r.done and r.requested >= start + warm_s]
+    first = [r.first_audio_ms for r in kept]
+    ratios = [x for r in kept if (x := r.ratio) is not None]
+    per_stream: dict[int, list[float]] = {}
+    for r in kept:
+        if r.ratio is not None:
+            per_stream.setdefault(r.stream, []).append(r.ratio)
+    stream_min = [min(v) for v in per_stream.values()]
+    ticks = engine.batcher.stats.ticks - stats0[0]
+    utts = engine.batcher.stats.utterances - stats0[1]
+    busy = engine.batcher.stats.busy_s - stats0[2]
+    row = {
+        "streams": n, "replies": len(kept), "wall_s": round(wall, 1),
+        "first_audio_ms": {"p50": pct(first, 50), "p95": pct(first, 95), "p99": pct(first, 99)},
+        "reply_ratio": {"p50": pct(ratios, 50), "p1": pct(ratios, 1), "min": min(ratios) if ratios else None,
+                        "n": len(ratios)},
+        "stream_min_ratio_p1": pct(stream_min, 1),
+        "late_replies": sum(1 for r in kept if r.late_s > 0.02),
+        "max_late_ms": round(max((r.late_s for r in kept), default=0.0) * 1000, 1),
+        "audio_s_delivered": round(sum(sum(r.audio) for r in kept), 1),
+        "batcher": {"ticks": ticks, "utterances": utts, "mean_batch": round(utts / ticks, 2) if ticks else 0,
+                    "busy_fraction": round(busy / wall, 3)},
+    }
+    p1 = row["reply_ratio"]["p1"]
+    row["ok"] = bool(kept) and p1 is not None and p1 >= 1.2
+    return row
+
+
+async def ramp(engine: KokoroEngine, levels: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows, fails = [], 0
+    for i, n in enumerate(levels):
+        row = await run_level(engine, n, args.level_s, args.warm_s, (args.pause_min, args.pause_max), seed=i)
+        rows.append(row)
+        fa, rr = row["first_audio_ms"], row["reply_ratio"]
+        print(f"  {n:5d} streams: first audio p50 {fa['p50']} p99 {fa['p99']} ms, reply ratio p1 {rr['p1']}"
+              f" (n={rr['n']}), late {row['late_replies']}, mean batch {row['batcher']['mean_batch']},"
+              f" busy {row['batcher']['busy_fraction']} {'OK' if row['ok'] else 'FAIL'}", flush=True)
+        fails = 0 if row["ok"] else fails + 1
+        if fails >= args.stop_after_fails:
+            break
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- main
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="bfloat16", help="decoder dtype for single + ramp (float32, bfloat16)")
+    p.add_argument("--batch-dtypes", default="float32,bfloat16")
+    p.add_argument("--batch-sizes", default="1,8,32,64,128")
+    p.add_argument("--batch-iters", type=int, default=3)
+    p.add_argument("--max-batch", type=int, default=64)
+    p.add_argument("--g2p", default="auto", help="espeak | none (letters: load test only) | auto")
+    p.add_argument("--tiny", action="store_true", help="tiny configuration (CPU smoke runs)")
+    p.add_argument("--single-n", type=int, default=50)
+    p.add_argument("--levels", default="1,16,32,64,128,192,256,320,384,512")
+    p.add_argument("--level-s", type=float, default=15.0)
+    p.add_argument("--warm-s", type=float, default=4.0, help="per level, replies asked before this are not kept")
+    p.add_argument("--pause-min", type=float, default=1.0, help="caller talking between replies, seconds")
+    p.add_argument("--pause-max", type=float, default=3.0)
+    p.add_argument("--stop-after-fails", type=int, default=2)
+    p.add_argument("--skip", default="", help="comma list of phases to skip: single,batches,ramp")
+    p.add_argument("--out", default="bench/results/tts_gpu.json")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    if args.device == "auto" and not torch.cuda.is_available():
+        warnings.warn("no CUDA device: the benchmark runs on the CPU (figures are not the GPU's)", stacklevel=1)
+    g2p = args.g2p
+    if g2p == "auto":
+        from tts.kokoro.g2p import EspeakG2P, G2PError
+
+        try:
+            EspeakG2P()
+            g2p = "espeak"
+        except G2PError:
+            g2p = "none"
+    g2p = "chars" if g2p == "none" else g2p
+    skip = set(filter(None, args.skip.split(",")))
+
+    t0 = time.perf_counter()
+    engine = KokoroEngine(KokoroOptions(device=args.device, dtype=args.dtype, max_batch=args.max_batch, g2p=g2p,
+                                        tiny=args.tiny, warmup=True))
+    setup_s = time.perf_counter() - t0
+    print(f"engine on {engine.device} ({engine.decoder_dtype}) in {setup_s:.1f} s; memory {engine.memory.as_dict()}",
+          flush=True)
+    result: dict[str, Any] = {
+        "environment": environment(),
+        "config": {k: v for k, v in vars(args).items() if k != "out"},
+        "engine": {"device": str(engine.device), "decoder_dtype": str(engine.decoder_dtype),
+                   "g2p": g2p if g2p == "espeak" else "chars: letters mapped onto Kokoro's vocabulary (load test, "
+                                                      "not speech)",
+                   "weights": "random (real Kokoro-82M architecture)" if not args.tiny else "random, tiny config",
+                   "parameters": sum(p.numel() for p in engine.model.parameters()),
+                   "max_batch": args.max_batch, "setup_s": round(setup_s, 1), "memory": engine.memory.as_dict()},
+    }
+
+    async def run_async() -> None:
+        if "single" not in skip:
+            print("single stream:", flush=True)
+            result["single"] = await single_stream(engine, args.single_n)
+            print(f"  {result['single']}", flush=True)
+        if "ramp" not in skip:
+            print("ramp:", flush=True)
+            levels = [int(x) for x in args.levels.split(",") if x]
+            rows = await ramp(engine, levels, args)
+            result["ramp"] = rows
+            ok = [r["streams"] for r in rows if r["ok"]]
+            result["max_streams_ok"] = max(ok) if ok else 0
+
+    try:
+        asyncio.run(run_async())
+        if "batches" not in skip:
+            print("batches:", flush=True)
+            sizes = [int(x) for x in args.batch_sizes.split(",") if x]
+            dtypes = [d for d in args.batch_dtypes.split(",") if d and (engine.device.type == "cuda" or d == "float32")]
+            result["batches"] = batch_sweep(engine, sizes, dtypes, args.batch_iters)
+    finally:
+        engine.close()
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        print(f"wrote {out}; max streams with p1 reply ratio >= 1.2: {result.get('max_streams_ok')}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

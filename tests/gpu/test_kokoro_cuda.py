@@ -1,0 +1,89 @@
+"""Kokoro-82M (full size, random weights) on CUDA: the batched forward equals batch-1 per item, bf16 stays
+close, and the engine's warm-up measures its peak memory.
+
+CUDA only (the CPU versions are tests/kokoro). Needs torch and numpy only; no pipecat or pytest plugin::
+
+    python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kokoro_cuda.py
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+from tts.kokoro import config as kconfig
+from tts.kokoro.checkpoint import build_random, random_voice
+from tts.kokoro.model import KokoroModel, Utterance
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+IDS = [
+    [50, 83, 54, 156, 31, 16, 65, 156, 87, 123, 54, 46, 3, 16, 50, 156, 39, 16, 69, 123, 16, 52, 63, 6],
+    [102, 62, 16, 56, 156, 47, 61, 4],
+    [44, 135, 62, 16, 102, 62, 16, 65, 156, 57, 56, 62, 16, 123, 156, 63, 56, 16, 53, 156, 138, 61, 62, 4] * 3,
+    [81, 4],
+]
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[KokoroModel]:
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    m = build_random(kconfig.full_config(), seed=0).to("cuda")
+    yield m
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _items(m: KokoroModel) -> list[Utterance]:
+    voice = random_voice(m.config, seed=0)[:, 0]
+    return [Utterance(ids, voice[len(ids) - 1], 1.0, seed=i) for i, ids in enumerate(IDS)]
+
+
+def test_batched_equals_alone_fp32(model: KokoroModel) -> None:
+    items = _items(model)
+    batched = model.synthesize(items, frame_bucket=8)
+    for row, item in enumerate(items):
+        alone = model.synthesize([item]).audio[0]
+        assert batched.durations[row] == model.synthesize([item]).durations[0]
+        assert len(alone) == len(batched.audio[row]) == 600 * sum(batched.durations[row])
+        assert np.isfinite(alone).all() and np.abs(alone).max() > 1e-3
+        assert np.abs(batched.audio[row] - alone).max() < 1e-3
+
+
+def test_bf16_decoder_batched_matches_alone_and_fp32(model: KokoroModel) -> None:
+    items = _items(model)
+    ref = model.synthesize(items).audio
+    model.set_decoder_dtype(torch.bfloat16)
+    try:
+        batched = model.synthesize(items, frame_bucket=8).audio
+        for row, item in enumerate(items):
+            alone = model.synthesize([item]).audio[0]
+            assert np.isfinite(alone).all()
+            scale = np.abs(ref[row]).max()
+            assert np.abs(batched[row] - alone).max() < 0.1 * scale
+            rel = np.linalg.norm(batched[row] - ref[row]) / np.linalg.norm(ref[row])
+            print(f"item {row}: bf16 vs fp32 relative L2 error {rel:.4f}")
+            assert rel < 0.5
+    finally:
+        model.set_decoder_dtype(torch.float32)
+
+
+def test_engine_reports_measured_peak_memory() -> None:
+    from tts.kokoro.engine import KokoroEngine
+    from tts.kokoro.options import KokoroOptions
+
+    engine = KokoroEngine(KokoroOptions(device="cuda", g2p="chars", max_batch=16, warmup=True))
+    try:
+        report = engine.memory
+        assert report.warmup_batch == 16 and report.warmup_audio_s > 16
+        assert 300e6 < report.weights_bytes < 360e6  # 81.8 M float32 parameters
+        assert report.peak_bytes is not None and report.peak_bytes > 0
+        assert report.required_bytes == report.weights_bytes + report.peak_bytes
+        print(f"kokoro x16 warm-up: {report.as_dict()}")
+        pieces = list(engine.synthesize("Hello there. This runs on the GPU."))
+        assert len(pieces) == 2 and all(pieces)
+    finally:
+        engine.close()

@@ -1,0 +1,119 @@
+"""The Kokoro engine streams clause by clause, batches concurrent callers, and forgets callers who leave."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import numpy as np
+import pytest
+
+from tts.kokoro.g2p import CharG2P, espeak_to_kokoro, to_ids
+from tts.kokoro.text import clauses, split_ids
+
+THREE_CLAUSES = "Sure, I can help. Your order ships today. It should arrive on Friday."
+
+
+async def _wait(predicate, timeout: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < end, "timed out"
+        await asyncio.sleep(0.01)
+
+
+def test_clauses_first_is_short():
+    assert clauses(THREE_CLAUSES, first_min_words=3) == ["Sure, I can help.", "Your order ships today.",
+                                                         "It should arrive on Friday."]
+    assert clauses("Well, thank you for calling the support line today, how are you?", first_min_words=4) == [
+        "Well, thank you for calling the support line today,", "how are you?"]
+    assert clauses("Dr. Smith paid $3.50 today. Bye.") == ["Dr. Smith paid $3.50 today.", "Bye."]
+    assert split_ids([1, 16, 2, 3, 16, 4, 5, 6], 4) == [[1, 16, 2, 3], [4, 5, 6]]
+
+
+def test_espeak_ipa_becomes_kokoro_symbols():
+    assert espeak_to_kokoro("həlˈo^ʊ wˈɜːld") == "həlˈO wˈɜɹld"
+    assert espeak_to_kokoro("a^ɪd lˈa^ɪk t^ʃˈiːz") == "Id lˈIk ʧˈiz"
+    assert espeak_to_kokoro("bˈʌɾɚ") == "bˈʌTəɹ"
+    assert CharG2P().phonemes("Big  Dog!") == "biɡ doɡ!"
+
+
+@pytest.mark.skipif(not shutil.which("espeak-ng"), reason="Debian espeak-ng not installed")
+def test_espeak_phonemes_keep_punctuation(engine):
+    from tts.kokoro.g2p import EspeakG2P
+
+    ps = EspeakG2P().phonemes("Hello world, how are you today?")
+    assert ps == "həlˈO wˈɜɹld, hˌW ɑɹ ju tədˈA?"
+    assert len(to_ids(ps, engine.model.vocab)) == len(ps)  # every symbol is in Kokoro's vocabulary
+
+
+async def test_streams_first_clause_before_the_rest_is_synthesized(engine):
+    before = engine.batcher.stats.utterances
+    stream = engine.synthesize_stream(THREE_CLAUSES)
+    first = await stream.__anext__()
+    # the first clause came back alone; the second is queued or running, the third not even asked for
+    assert engine.batcher.stats.utterances - before == 1
+    assert engine.batcher.pending + engine.batcher.in_flight <= 1
+    rest = [piece async for piece in stream]
+    assert len(rest) == 2 and engine.batcher.stats.utterances - before == 3
+    expected = [len(u.ids) for u in engine.utterances(THREE_CLAUSES)]
+    assert len(expected) == 3
+    assert all(len(p) > 0 and len(p) % 1200 == 0 for p in [first, *rest])  # 600 samples a frame, 16-bit
+
+
+async def test_concurrent_requests_share_one_tick(engine):
+    texts = [f"Caller {n} asks about the order." for n in range(6)]
+    ticks = engine.batcher.stats.ticks
+    with engine.batcher.held():
+        tasks = [asyncio.ensure_future(_collect(engine, t)) for t in texts]
+        await _wait(lambda: engine.batcher.pending == len(texts))
+    outputs = await asyncio.gather(*tasks)
+    assert engine.batcher.stats.ticks == ticks + 1
+    assert engine.batcher.stats.last_batch == len(texts)
+    assert all(len(out) == 1 and len(out[0]) > 0 for out in outputs)
+
+
+async def test_batched_audio_equals_alone(engine):
+    ids = [engine.phoneme_ids(t) for t in ("Good morning.", "Thanks for waiting, one moment please.")]
+    alone = [await engine.batcher.synthesize(engine.utterance(i, seed=9)) for i in ids]
+    with engine.batcher.held():
+        requests = [engine.batcher.enqueue(engine.utterance(i, seed=9)) for i in ids]
+    together = [await r.future for r in requests]
+    assert engine.batcher.stats.last_batch == 2
+    for a, b in zip(alone, together, strict=True):
+        assert np.abs(a - b).max() < 1e-4
+
+
+async def test_vanished_client_leaves_no_pending_work(engine):
+    cancelled = engine.batcher.stats.cancelled
+    with engine.batcher.held():  # the caller is waiting in the queue when it goes away
+        task = asyncio.ensure_future(_collect(engine, THREE_CLAUSES))
+        await _wait(lambda: engine.batcher.pending == 1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert engine.batcher.pending == 0
+    assert engine.batcher.stats.cancelled == cancelled + 1
+
+    # barge-in after the first clause: closing the stream withdraws the clause it had queued (if the
+    # worker has not taken it yet; a clause already on the GPU finishes and is dropped)
+    stream = engine.synthesize_stream(THREE_CLAUSES)
+    assert await stream.__anext__()
+    cancelled, queued = engine.batcher.stats.cancelled, engine.batcher.pending
+    await stream.aclose()
+    assert engine.batcher.pending == 0
+    assert engine.batcher.stats.cancelled == cancelled + queued
+    await _wait(lambda: engine.batcher.in_flight == 0)
+
+    # the batcher keeps serving
+    assert len(await _collect(engine, "Still here.")) == 1
+
+
+def test_sync_protocol_from_a_thread(engine):
+    assert engine.name == "kokoro" and engine.sample_rate == 24000
+    pieces = list(engine.synthesize("Hello there. Goodbye now."))
+    assert len(pieces) == 2 and all(len(p) % 2 == 0 and p for p in pieces)
+
+
+async def _collect(engine, text: str) -> list[bytes]:
+    return [piece async for piece in engine.synthesize_stream(text)]
