@@ -1,7 +1,7 @@
 """Kokoro-82M (full size, random weights) on CUDA: the batched forward equals batch-1 per item, bf16 stays
 close, and the engine's warm-up measures its peak memory.
 
-CUDA only (the CPU versions are tests/kokoro). Needs torch and numpy only; no pipecat or pytest plugin::
+CUDA only (the CPU versions are tests/gputts). Needs torch and numpy only; no pipecat or pytest plugin::
 
     python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kokoro_cuda.py
 """
