@@ -11,7 +11,6 @@ import copy
 from typing import Any
 
 SAMPLE_RATE = 24000
-STYLE_WIDTH = 256  # a voice pack row: 128 decoder style + 128 prosody style
 
 # Kokoro v1.0's phoneme vocabulary (the ids its embeddings were trained on). The US-English symbols are
 # misaki's: A=eɪ I=aɪ O=oʊ Q=əʊ W=aʊ Y=ɔɪ T=flap ᵊ=reduced schwa; 0 is the pad/boundary id.

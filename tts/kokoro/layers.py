@@ -58,16 +58,6 @@ class Span:
         return Span(self.lengths, self.mask.to(dtype), self.count)
 
 
-def masked_instance_norm(x: torch.Tensor, span: Span, eps: float = 1e-5) -> torch.Tensor:
-    """``F.instance_norm`` over each item's valid frames only (statistics in float32 or better)."""
-    work = torch.promote_types(x.dtype, torch.float32)
-    xf, m = x.to(work), span.mask.to(work)
-    mean = (xf * m).sum(-1, keepdim=True) / span.count
-    centered = (xf - mean) * m
-    var = centered.square().sum(-1, keepdim=True) / span.count
-    return (centered * torch.rsqrt(var + eps)).to(x.dtype)
-
-
 class LayerNorm(nn.Module):
     """Channel layer norm of (B, C, T) with ``gamma``/``beta`` (kokoro.modules.LayerNorm)."""
 
@@ -104,10 +94,17 @@ class AdaIN1d(nn.Module):
         self.fc = nn.Linear(style_dim, num_features * 2)
 
     def forward(self, x: torch.Tensor, s: torch.Tensor, span: Span) -> torch.Tensor:
+        """``(1 + gamma) * (norm(x) * w + b) + beta``, the affine parts folded into one scale and shift."""
         gamma, beta = self.fc(s)[:, :, None].chunk(2, dim=1)
-        x = masked_instance_norm(x, span, self.norm.eps)
-        x = x * self.norm.weight[:, None] + self.norm.bias[:, None]
-        return (1 + gamma) * x + beta
+        work = torch.promote_types(x.dtype, torch.float32)
+        xf, m = x.to(work), span.mask.to(work)
+        mean = (xf * m).sum(-1, keepdim=True) / span.count
+        centered = (xf - mean) * m
+        var = centered.square().sum(-1, keepdim=True) / span.count
+        g1 = (1 + gamma).to(work)
+        scale = torch.rsqrt(var + self.norm.eps) * (g1 * self.norm.weight.to(work)[:, None])
+        shift = g1 * self.norm.bias.to(work)[:, None] + beta.to(work)
+        return torch.addcmul(shift, centered, scale).to(x.dtype)
 
 
 def _conv(c_in: int, c_out: int, k: int, **kw) -> nn.Conv1d:
@@ -196,9 +193,5 @@ def init_generator_weights(module: nn.Module, std: float = 0.01) -> None:
             nn.init.normal_(m.weight, 0.0, std)
 
 
-def hann_window(n: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    return torch.hann_window(n, periodic=True, dtype=torch.float32, device=device).to(dtype)
-
-
 __all__ = ["AdaIN1d", "AdaLayerNorm", "AdainResBlk1d", "AdaINResBlock1", "LayerNorm", "Span", "WN_FLAG",
-           "hann_window", "init_generator_weights", "masked_instance_norm", "packed_lstm", "weight_normed"]
+           "init_generator_weights", "packed_lstm", "weight_normed"]
