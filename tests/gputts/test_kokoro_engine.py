@@ -28,6 +28,8 @@ def test_clauses_first_is_short():
     assert clauses("Well, thank you for calling the support line today, how are you?", first_min_words=4) == [
         "Well, thank you for calling the support line today,", "how are you?"]
     assert clauses("Dr. Smith paid $3.50 today. Bye.") == ["Dr. Smith paid $3.50 today.", "Bye."]
+    unpunctuated = clauses(" ".join(f"w{i}" for i in range(60)))  # no mark to cut at: word boundaries
+    assert [len(c.split()) for c in unpunctuated] == [12, 24, 24]
     assert split_ids([1, 16, 2, 3, 16, 4, 5, 6], 4) == [[1, 16, 2, 3], [4, 5, 6]]
 
 

@@ -134,7 +134,8 @@ class KokoroEngine:
 
     def utterances(self, text: str, speed: float | None = None) -> Iterator[Utterance]:
         """The text's clauses as requests, phonemized lazily (one clause ahead of synthesis)."""
-        for clause in clauses(text, self.options.first_clause_words, self.options.max_clause_words):
+        o = self.options
+        for clause in clauses(text, o.first_clause_words, o.max_clause_words, o.first_clause_max_words):
             ids = self.phoneme_ids(clause)
             for piece in split_ids(ids, self.model.max_phonemes, self.model.vocab.get(" ", 16)) if ids else []:
                 yield self.utterance(piece, speed)

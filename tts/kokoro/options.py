@@ -27,6 +27,7 @@ class KokoroOptions:
     # multiple of real time (the batcher serves the earliest deadline first; 1.2x is the capacity rule).
     pace: float = 1.25
     first_clause_words: int = 4  # the first clause is cut at its first , ; : — once it has this many words
+    first_clause_max_words: int = 12  # ... and at a word boundary after this many when it has no such mark
     max_clause_words: int = 24  # longer sentences are cut at clause marks
     warmup: bool = True  # run one full batch at start (CUDA: measures the peak memory the plan checks)
     warmup_text: str = "Thanks for calling, I can help you with that right away."

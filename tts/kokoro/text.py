@@ -1,9 +1,10 @@
 """Cut text into the clauses that become one synthesis request each.
 
 Sentences end at ``. ! ? …`` followed by a space (not after a common abbreviation or inside a number).
-A sentence longer than ``max_words`` is cut further at ``, ; : —``; the first clause of a text is cut
-at its first such mark once it has ``first_min_words`` words, so its audio (the caller's first
-audio) comes back soonest.
+A sentence longer than ``max_words`` is cut further at ``, ; : —`` (at word boundaries where it has no
+such mark); the first clause of a text is cut at its first such mark once it has ``first_min_words``
+words, and after ``first_max_words`` words at the latest, so its audio (the caller's first audio)
+comes back soonest.
 """
 
 from __future__ import annotations
@@ -47,18 +48,28 @@ def _cut(sentence: str, min_words: int) -> list[str]:
     return pieces
 
 
-def clauses(text: str, first_min_words: int = 4, max_words: int = 24) -> list[str]:
-    """The text's synthesis units, in order."""
+def _limit(pieces: list[str], max_words: int) -> list[str]:
+    """Pieces of more than ``max_words`` words (no clause mark to cut at) cut at word boundaries."""
+    out = []
+    for piece in pieces:
+        words = piece.split()
+        out.extend(" ".join(words[i:i + max_words]) for i in range(0, len(words), max_words))
+    return out
+
+
+def clauses(text: str, first_min_words: int = 4, max_words: int = 24, first_max_words: int = 12) -> list[str]:
+    """The text's synthesis units, in order; the first has at most ``first_max_words`` words."""
     out: list[str] = []
     for sentence in sentences(" ".join(text.split())):
         if not out and first_min_words > 0:
             first = _cut(sentence, first_min_words)
-            out.append(first[0])
-            rest = " ".join(first[1:])
+            head = _limit([first[0]], first_max_words)
+            out.append(head[0])
+            rest = " ".join(head[1:] + first[1:])
             if rest:
-                out.extend(_cut(rest, max_words // 2) if len(rest.split()) > max_words else [rest])
+                out.extend(_limit(_cut(rest, max_words // 2) if len(rest.split()) > max_words else [rest], max_words))
         elif len(sentence.split()) > max_words:
-            out.extend(_cut(sentence, max_words // 2))
+            out.extend(_limit(_cut(sentence, max_words // 2), max_words))
         else:
             out.append(sentence)
     return out
