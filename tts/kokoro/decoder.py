@@ -20,7 +20,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from tts.kokoro.config import SAMPLE_RATE
-from tts.kokoro.layers import AdainResBlk1d, AdaINResBlock1, Span, init_generator_weights, weight_normed
+from tts.kokoro.layers import (
+    AdainResBlk1d,
+    AdaINResBlock1,
+    Span,
+    device_ints,
+    init_generator_weights,
+    weight_normed,
+)
 
 HARMONICS = 9  # SineGen harmonic_num=8 plus the fundamental
 SINE_AMP, NOISE_STD, VOICED_THRESHOLD = 0.1, 0.003, 10.0
@@ -138,7 +145,7 @@ def _stft(x: torch.Tensor, lengths: list[int], n_fft: int, hop: int) -> torch.Te
     """``torch.stft(center=True, reflect)`` magnitude ++ phase of each item's own length, zero-padded."""
     b, t = x.shape
     pad = n_fft // 2
-    lens = torch.tensor(lengths, device=x.device)[:, None]
+    lens = device_ints(lengths, x.device)[:, None]
     pos = torch.arange(t + pad, device=x.device)[None, :]
     # each item's end reflects its own last samples: index 2(L-1) - p for p >= L
     src = torch.where(pos < lens, pos, 2 * (lens - 1) - pos).clamp(min=0)
@@ -146,7 +153,7 @@ def _stft(x: torch.Tensor, lengths: list[int], n_fft: int, hop: int) -> torch.Te
     left = x[:, 1:pad + 1].flip(-1)
     frames = torch.cat([left, right], dim=1).unfold(1, n_fft, hop)  # (B, N, n_fft)
     spec = torch.fft.rfft(frames * _window(n_fft, x), dim=-1)  # (B, N, bins)
-    count = torch.tensor([n // hop + 1 for n in lengths], device=x.device)[:, None, None]
+    count = device_ints([n // hop + 1 for n in lengths], x.device)[:, None, None]
     valid = (torch.arange(frames.shape[1], device=x.device)[None, :, None] < count).to(x.dtype)
     out = torch.cat([spec.abs(), torch.angle(spec)], dim=-1) * valid
     return out.transpose(1, 2)
@@ -157,7 +164,7 @@ def _istft(spec: torch.Tensor, phase: torch.Tensor, frames: list[int], n_fft: in
     b, _, n = spec.shape
     dev = spec.device
     win = _window(n_fft, spec)
-    valid = (torch.arange(n, device=dev)[None, :] < torch.tensor(frames, device=dev)[:, None]).to(spec.dtype)
+    valid = (torch.arange(n, device=dev)[None, :] < device_ints(frames, dev)[:, None]).to(spec.dtype)
     z = torch.polar(spec, phase).transpose(1, 2)  # (B, N, bins)
     chunks = torch.fft.irfft(z, n=n_fft, dim=-1) * win * valid[:, :, None]  # (B, N, n_fft)
     total = n_fft + hop * (n - 1)
@@ -165,7 +172,7 @@ def _istft(spec: torch.Tensor, phase: torch.Tensor, frames: list[int], n_fft: in
     env = F.conv_transpose1d(valid[:, None, :], (win * win)[None, None, :], stride=hop)
     pad = n_fft // 2
     out = ola[:, 0, 0, pad:total - pad] / env[:, 0, pad:total - pad].clamp(min=1e-11)
-    length = torch.tensor([hop * (f - 1) for f in frames], device=dev)[:, None]
+    length = device_ints([hop * (f - 1) for f in frames], dev)[:, None]
     return out * (torch.arange(out.shape[1], device=dev)[None, :] < length).to(out.dtype)
 
 

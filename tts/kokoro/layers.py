@@ -29,6 +29,11 @@ def weight_normed(module: nn.Module) -> nn.Module:
     return module
 
 
+def device_ints(values: list[int], device: torch.device) -> torch.Tensor:
+    """Host integers on ``device`` without a stream sync (a blocking copy would wait for queued kernels)."""
+    return torch.tensor(values, dtype=torch.int64).to(device, non_blocking=True)
+
+
 @dataclass
 class Span:
     """Valid lengths of a padded batch at one time resolution.
@@ -42,7 +47,7 @@ class Span:
 
     @classmethod
     def of(cls, lengths: list[int], total: int, device: torch.device, dtype: torch.dtype) -> Span:
-        lens = torch.tensor(lengths, device=device)
+        lens = device_ints(lengths, device)
         mask = (torch.arange(total, device=device)[None, :] < lens[:, None]).to(dtype)[:, None, :]
         return cls(list(lengths), mask, lens.to(torch.float32).clamp(min=1)[:, None, None])
 
@@ -180,7 +185,10 @@ def packed_lstm(lstm: nn.LSTM, x: torch.Tensor, lengths: list[int]) -> torch.Ten
     if all(n == total for n in lengths):
         out, _ = lstm(x)
         return out
-    packed = nn.utils.rnn.pack_padded_sequence(x, torch.tensor(lengths), batch_first=True, enforce_sorted=False)
+    # lengths already in descending order (the model sorts its batch) need no index tensors on the device,
+    # whose copies would synchronize the stream
+    ordered = all(a >= b for a, b in zip(lengths, lengths[1:], strict=False))
+    packed = nn.utils.rnn.pack_padded_sequence(x, torch.tensor(lengths), batch_first=True, enforce_sorted=ordered)
     out, _ = lstm(packed)
     out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=total)
     return out
@@ -194,4 +202,4 @@ def init_generator_weights(module: nn.Module, std: float = 0.01) -> None:
 
 
 __all__ = ["AdaIN1d", "AdaLayerNorm", "AdainResBlk1d", "AdaINResBlock1", "LayerNorm", "Span", "WN_FLAG",
-           "init_generator_weights", "packed_lstm", "weight_normed"]
+           "device_ints", "init_generator_weights", "packed_lstm", "weight_normed"]

@@ -112,8 +112,18 @@ class KokoroModel(nn.Module):
                 torch.backends.mkldnn.enabled = True
         return self._synthesize(items, frame_bucket)
 
-    @torch.inference_mode()
     def _synthesize(self, items: list[Utterance], frame_bucket: int) -> BatchResult:
+        """Run the batch longest first (packed LSTMs then need no device index tensors), answer in order."""
+        order = sorted(range(len(items)), key=lambda i: -len(items[i].ids))
+        result = self._forward([items[i] for i in order], frame_bucket)
+        audio: list[np.ndarray] = [np.empty(0, np.float32)] * len(items)
+        durations: list[list[int]] = [[] for _ in items]
+        for pos, i in enumerate(order):
+            audio[i], durations[i] = result.audio[pos], result.durations[pos]
+        return BatchResult(audio, durations, result.frames)
+
+    @torch.inference_mode()
+    def _forward(self, items: list[Utterance], frame_bucket: int) -> BatchResult:
         dev = self.device
         text_dtype = self.bert_encoder.weight.dtype
         work = torch.promote_types(text_dtype, torch.float32)
@@ -129,9 +139,9 @@ class KokoroModel(nn.Module):
             ids[row, 1:1 + len(it.ids)] = it.ids
         ids_t = torch.from_numpy(ids).to(dev, non_blocking=True)
         tokens = Span.of(lengths, t, dev, text_dtype)
-        ref = torch.stack([it.style.reshape(-1) for it in items]).to(dev, text_dtype)
+        ref = torch.stack([it.style.reshape(-1) for it in items]).to(dev, text_dtype, non_blocking=True)
         s_dec, s_pro = ref[:, : self.style_dim], ref[:, self.style_dim:]
-        speed = torch.tensor([it.speed for it in items], device=dev, dtype=text_dtype)
+        speed = torch.tensor([it.speed for it in items], dtype=text_dtype).to(dev, non_blocking=True)
 
         valid = None if all(n == t for n in lengths) else tokens.mask[:, 0, :] > 0
         bert = self.bert(ids_t, valid)
