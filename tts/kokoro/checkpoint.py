@@ -31,12 +31,12 @@ class CheckpointError(RuntimeError):
 
 
 # ---------------------------------------------------------------------------------------------- building
-def build_random(config: dict[str, Any], seed: int = 0, frames_per_token: float = 3.0) -> KokoroModel:
+def build_random(config: dict[str, Any], seed: int = 0, frames_per_token: float = 2.5) -> KokoroModel:
     """Random weights of the real architecture, durations calibrated to about ``frames_per_token``.
 
     Untrained duration heads predict ~25 frames (0.6 s) per phoneme; the bias of ``duration_proj`` is
-    set so a random model speaks at a natural rate (~75 ms a phoneme), which is what sizes the decoder's
-    work in benchmarks.
+    set so a random model speaks at a natural rate (~60 ms a symbol, stress marks and spaces included,
+    ~16 a second), which is what sizes the decoder's work in benchmarks.
     """
     torch.manual_seed(seed)
     model = KokoroModel(config)
