@@ -117,5 +117,21 @@ def test_sync_protocol_from_a_thread(engine):
     assert len(pieces) == 2 and all(len(p) % 2 == 0 and p for p in pieces)
 
 
+def test_create_engine_selects_kokoro():
+    from types import SimpleNamespace
+
+    from tts.engines import create_engine
+    from tts.kokoro.options import KokoroOptions
+
+    config = SimpleNamespace(engine="kokoro", voice="", speed=1.0, sample_rate=0,
+                             kokoro=KokoroOptions(tiny=True, device="cpu", g2p="chars", max_batch=4))
+    engine = create_engine(config)
+    try:
+        assert engine.name == "kokoro" and engine.memory.warmup_batch == 1  # warmed at start, batch 1 on the CPU
+        assert list(engine.synthesize("ok."))
+    finally:
+        engine.close()
+
+
 async def _collect(engine, text: str) -> list[bytes]:
     return [piece async for piece in engine.synthesize_stream(text)]

@@ -183,15 +183,15 @@ class KokoroEngine:
 
     # ------------------------------------------------------------------ warm-up and memory
     def warmup(self, batch: int | None = None, text: str | None = None) -> MemoryReport:
-        """Run one batch of ``batch`` (default ``max_batch``) copies of ``text``'s longest clause.
+        """Run one batch of ``batch`` copies of ``text``'s longest clause (default: ``max_batch`` on CUDA, 1 else).
 
         On CUDA this records the peak memory of that batch above what was allocated before it; the
         GPU memory plan checks weights + peak against the TTS share.
         """
-        n = batch or self.options.max_batch
+        cuda = self.device.type == "cuda"
+        n = batch or (self.options.max_batch if cuda else 1)
         units = list(self.utterances(text or self.options.warmup_text)) or [self.utterance([16])]
         longest = max(units, key=lambda u: len(u.ids))
-        cuda = self.device.type == "cuda"
         if cuda:
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
