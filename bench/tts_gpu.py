@@ -36,6 +36,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,11 +266,14 @@ async def run_level(engine: KokoroEngine, n: int, seconds: float, warm_s: float,
     return row
 
 
-async def ramp(engine: KokoroEngine, levels: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
-    rows, fails = [], 0
+async def ramp(engine: KokoroEngine, levels: list[int], args: argparse.Namespace, rows: list[dict[str, Any]],
+               save: Callable[[], None]) -> None:
+    """Run the levels in order, appending each row to ``rows`` and saving after each."""
+    fails = 0
     for i, n in enumerate(levels):
         row = await run_level(engine, n, args.level_s, args.warm_s, (args.pause_min, args.pause_max), seed=i)
         rows.append(row)
+        save()
         fa, rr = row["first_audio_ms"], row["reply_ratio"]
         print(f"  {n:5d} streams: first audio p50 {_f(fa['p50'])} p99 {_f(fa['p99'])} ms, reply ratio p1 "
               f"{_f(rr['p1'])} (n={rr['n']}), stream ratio p1 {_f(row['stream_ratio']['p1'])}, late "
@@ -278,7 +282,6 @@ async def ramp(engine: KokoroEngine, levels: list[int], args: argparse.Namespace
         fails = 0 if row["ok"] else fails + 1
         if fails >= args.stop_after_fails:
             break
-    return rows
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -340,33 +343,35 @@ def main() -> None:
                    "max_batch": args.max_batch, "setup_s": round(setup_s, 1), "memory": engine.memory.as_dict()},
     }
 
-    async def run_async() -> None:
-        if "single" not in skip:
-            print("single stream:", flush=True)
-            result["single"] = await single_stream(engine, args.single_n)
-            print(f"  {result['single']}", flush=True)
-        if "ramp" not in skip:
-            print("ramp:", flush=True)
-            levels = [int(x) for x in args.levels.split(",") if x]
-            rows = await ramp(engine, levels, args)
-            result["ramp"] = rows
-            ok = [r["streams"] for r in rows if r["ok"]]
-            result["max_streams_ok"] = max(ok) if ok else 0
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every phase and level: a run cut short keeps what it measured
+        ok = [r["streams"] for r in result.get("ramp", []) if r["ok"]]
+        result["max_streams_ok"] = max(ok) if ok else 0
+        out.write_text(json.dumps(result, indent=2, default=str) + "\n")
 
     try:
-        asyncio.run(run_async())
+        save()
+        if "single" not in skip:
+            print("single stream:", flush=True)
+            result["single"] = asyncio.run(single_stream(engine, args.single_n))
+            print(f"  {result['single']}", flush=True)
+            save()
         if "batches" not in skip:
             print("batches:", flush=True)
             sizes = [int(x) for x in args.batch_sizes.split(",") if x]
             dtypes = [d for d in args.batch_dtypes.split(",") if d and (engine.device.type == "cuda" or d == "float32")]
             result["batches"] = batch_sweep(engine, sizes, dtypes, args.batch_iters)
+            save()
+        if "ramp" not in skip:
+            print("ramp:", flush=True)
+            result["ramp"] = []
+            asyncio.run(ramp(engine, [int(x) for x in args.levels.split(",") if x], args, result["ramp"], save))
     finally:
         engine.close()
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        save()
         print(f"wrote {out}; max streams with p1 reply ratio >= 1.2: {result.get('max_streams_ok')}", flush=True)
-
 
 if __name__ == "__main__":
     main()
