@@ -32,7 +32,11 @@ IDS = [
 def model() -> Iterator[KokoroModel]:
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    m = build_random(kconfig.full_config(), seed=0).to("cuda")
+    m = build_random(kconfig.full_config(), seed=0)
+    with torch.no_grad():  # keep the random model's audio inside [-1, 1] so the output clip hides nothing
+        m.decoder.generator.conv_post.weight.mul_(0.1)
+        m.decoder.generator.conv_post.bias.fill_(-3.0)
+    m = m.to("cuda")
     yield m
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
@@ -49,8 +53,8 @@ def test_batched_equals_alone_fp32(model: KokoroModel) -> None:
         alone = model.synthesize([item]).audio[0]
         assert batched.durations[row] == model.synthesize([item]).durations[0]
         assert len(alone) == len(batched.audio[row]) == 600 * sum(batched.durations[row])
-        assert np.isfinite(alone).all() and np.abs(alone).max() > 1e-3
-        assert np.abs(batched.audio[row] - alone).max() < 1e-3
+        assert np.isfinite(alone).all() and 1e-4 < np.abs(alone).max() < 1.0
+        assert np.abs(batched.audio[row] - alone).max() < 1e-3 * np.abs(alone).max()
 
 
 def test_bf16_decoder_batched_matches_alone_and_fp32(model: KokoroModel) -> None:
