@@ -293,6 +293,7 @@ def main() -> None:
     p.add_argument("--batch-sizes", default="1,8,32,64,128")
     p.add_argument("--batch-iters", type=int, default=3)
     p.add_argument("--max-batch", type=int, default=64)
+    p.add_argument("--urgent-s", type=float, default=0.5, help="KokoroOptions.urgent_s (-1: plain EDF over all)")
     p.add_argument("--g2p", default="auto", help="espeak | none (letters: load test only) | auto")
     p.add_argument("--tiny", action="store_true", help="tiny configuration (CPU smoke runs)")
     p.add_argument("--single-n", type=int, default=50)
@@ -328,7 +329,7 @@ def main() -> None:
 
     t0 = time.perf_counter()
     engine = KokoroEngine(KokoroOptions(device=args.device, dtype=args.dtype, max_batch=args.max_batch, g2p=g2p,
-                                        tiny=args.tiny, warmup=True))
+                                        tiny=args.tiny, warmup=True, urgent_s=args.urgent_s))
     setup_s = time.perf_counter() - t0
     print(f"engine on {engine.device} ({engine.decoder_dtype}) in {setup_s:.1f} s; memory {engine.memory.as_dict()}",
           flush=True)

@@ -75,6 +75,20 @@ async def test_concurrent_requests_share_one_tick(engine):
     assert all(len(out) == 1 and len(out[0]) > 0 for out in outputs)
 
 
+async def test_urgent_requests_go_first_without_waiting_ones(engine):
+    import time
+
+    ids = engine.phoneme_ids("One moment please.")
+    ticks = engine.batcher.stats.ticks
+    with engine.batcher.held():
+        later = engine.batcher.enqueue(engine.utterance(ids), deadline=time.monotonic() + 30)  # still playing
+        first = [engine.batcher.enqueue(engine.utterance(ids)) for _ in range(3)]  # due now
+    await asyncio.gather(*(r.future for r in first))
+    assert engine.batcher.stats.ticks == ticks + 1 and engine.batcher.stats.last_batch == 3
+    await later.future  # nothing urgent left: the GPU works ahead on what can wait
+    assert engine.batcher.stats.ticks == ticks + 2 and engine.batcher.stats.last_batch == 1
+
+
 async def test_batched_audio_equals_alone(engine):
     ids = [engine.phoneme_ids(t) for t in ("Good morning.", "Thanks for waiting, one moment please.")]
     alone = [await engine.batcher.synthesize(engine.utterance(i, seed=9)) for i in ids]

@@ -55,9 +55,12 @@ class BatcherStats:
 
 class SynthesisBatcher:
     def __init__(self, model: KokoroModel, max_batch: int = 64, max_batch_phonemes: int = 0, frame_bucket: int = 8,
-                 name: str = "kokoro-batcher"):
+                 urgent_s: float | None = 0.5, name: str = "kokoro-batcher"):
         self.model = model
         self.max_batch = max(1, int(max_batch))
+        # Requests due within urgent_s go first, without the ones that can wait: a first clause is not
+        # padded to (and delayed by) the long later clauses of other streams. None: all pending, EDF.
+        self.urgent_s = urgent_s
         self.max_batch_phonemes = int(max_batch_phonemes)
         self.frame_bucket = frame_bucket
         self.stats = BatcherStats()
@@ -155,8 +158,13 @@ class SynthesisBatcher:
     # ------------------------------------------------------------------ worker
     def _take(self) -> list[Ticket]:
         self._queue.sort()
+        candidates = self._queue
+        if self.urgent_s is not None:
+            due = time.monotonic() + self.urgent_s
+            urgent = [t for t in self._queue if t.deadline <= due]  # a prefix: the queue is deadline-sorted
+            candidates = urgent or self._queue
         batch, ids = [], 0
-        for ticket in self._queue:
+        for ticket in candidates:
             n = len(ticket.utterance.ids)
             if batch and (len(batch) >= self.max_batch or (self.max_batch_phonemes and ids + n > self.max_batch_phonemes)):
                 break

@@ -116,7 +116,8 @@ class KokoroEngine:
         if self.decoder_dtype != torch.float32:
             self.model.set_decoder_dtype(self.decoder_dtype)
         self.g2p = make_g2p(opts.g2p, opts.language)
-        self.batcher = SynthesisBatcher(self.model, opts.max_batch, opts.max_batch_phonemes, opts.frame_bucket)
+        self.batcher = SynthesisBatcher(self.model, opts.max_batch, opts.max_batch_phonemes, opts.frame_bucket,
+                                        urgent_s=opts.urgent_s if opts.urgent_s >= 0 else None)
         self.memory = MemoryReport(str(self.device), self.model.parameter_bytes())
         if opts.warmup:
             self.warmup()

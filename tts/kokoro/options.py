@@ -19,6 +19,9 @@ class KokoroOptions:
     dtype: str = "auto"
     max_batch: int = 64  # utterances per GPU call
     max_batch_phonemes: int = 0  # 0: no cap; else a tick stops adding utterances past this many ids
+    # A tick holding requests due within urgent_s seconds (first clauses) leaves out those that can wait
+    # (later clauses still ahead of their listener), so urgent work is not padded to long clauses. -1: off.
+    urgent_s: float = 0.5
     frame_bucket: int = 8  # padded frames rounded up to a multiple (fewer distinct shapes on the GPU)
     speed: float = 1.0
     g2p: str = "espeak"  # espeak (libespeak-ng, Debian's espeak-ng) | chars (letters; load tests only)
