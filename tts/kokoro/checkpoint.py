@@ -99,7 +99,8 @@ def _torch_load(path: Path, what: str) -> Any:
     except FileNotFoundError:
         raise CheckpointError(f"{what} not found: {path}") from None
     except Exception as exc:  # truncated zip, pickle garbage, a text file...
-        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        text = str(exc).strip()
+        reason = text.splitlines()[0].split(". ")[0][:160] if text else type(exc).__name__
         raise CheckpointError(f"{what} {path} is corrupt or not a torch file ({reason})") from None
 
 
