@@ -100,7 +100,9 @@ def _torch_load(path: Path, what: str) -> Any:
         raise CheckpointError(f"{what} not found: {path}") from None
     except Exception as exc:  # truncated zip, pickle garbage, a text file...
         text = str(exc).strip()
-        reason = text.splitlines()[0].split(". ")[0][:160] if text else type(exc).__name__
+        reason = text.splitlines()[0].split(". ")[0][:160] if text else ""
+        if len(reason) < 12:  # a bare key or number says nothing without its type
+            reason = f"{type(exc).__name__} {reason}".strip()
         raise CheckpointError(f"{what} {path} is corrupt or not a torch file ({reason})") from None
 
 
