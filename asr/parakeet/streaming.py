@@ -5,6 +5,12 @@ and decodes only the frames of the new chunks, continuing from the session's dec
 The window starts on an encoder-frame boundary, so window frame ``i`` is utterance frame
 ``window_start_frame + i`` exactly (16 kHz, hop 160, x8 subsampling: 1280 samples a frame).
 
+Partials come at a cadence (``StreamConfig.partial_interval_ms``), not every chunk: a session is
+due for a partial once its ready audio reaches ``next_partial_frame``; its window then decodes every
+frame that arrived since the last one. Each session's partial grid is shifted by a whole number of
+chunks derived from its id, so sessions that start together do not all come due on the same tick.
+A consumer can ask for one partial now (``partial_requested``), whatever the cadence.
+
 At the end of speech the session asks for a final decode. When the whole utterance fits in the
 left context (and ``final_pass`` is on) the final is a fresh decode of the whole utterance, which
 is exactly what offline decoding gives; otherwise the remaining frames are decoded from the
@@ -31,6 +37,8 @@ class StreamConfig:
     right_context_ms: int = 0
     samples_per_frame: int = 1280  # encoder frame: hop 160 x subsampling 8
     final_pass: bool = True
+    # A partial result every this many ms of audio (rounded up to whole chunks); 0: every chunk.
+    partial_interval_ms: int = 640
 
     def frames(self, ms: float) -> int:
         """Whole encoder frames in ``ms`` (rounded up, at least 0)."""
@@ -50,9 +58,23 @@ class StreamConfig:
         return self.frames(self.right_context_ms) * self.samples_per_frame
 
     @property
+    def partial_frames(self) -> int:
+        """Encoder frames between partials: ``partial_interval_ms`` in whole chunks (0: one chunk)."""
+        c = self.chunk_frames
+        return max(c, -(-self.frames(self.partial_interval_ms) // c) * c)
+
+    @property
     def window_samples(self) -> int:
         """Samples of a caught-up session's window: left context + one chunk + right context."""
         return (self.left_frames + self.chunk_frames) * self.samples_per_frame + self.right_samples
+
+    @property
+    def max_window_samples(self) -> int:
+        """Samples of a window at the partial cadence: left context + one partial interval + one chunk
+        of slack (the chunk that can arrive while a due session waits for its tick) + right context.
+        The encoder profiles are sized to this."""
+        frames = self.left_frames + self.partial_frames + self.chunk_frames
+        return frames * self.samples_per_frame + self.right_samples
 
 
 @dataclass
@@ -97,6 +119,35 @@ class StreamSession:
     frames: list[int] = field(default_factory=list)
     durations: list[int] = field(default_factory=list)
     in_flight: bool = False
+    next_partial_frame: int = 0  # a partial is due once ready_end_frame() reaches this
+    partial_requested: bool = False  # a consumer asked for a partial now (cleared when one is made)
+
+    def __post_init__(self) -> None:
+        self._arm_partials()
+
+    @property
+    def partial_offset(self) -> int:
+        """Frames this session's partial grid is shifted by: a whole number of chunks, from the id."""
+        c = self.config
+        slots = c.partial_frames // c.chunk_frames
+        return (self.id % slots) * c.chunk_frames if slots > 1 else 0
+
+    def _arm_partials(self) -> None:
+        """First partial after 1 .. partial_frames / chunk_frames chunks (staggered by id)."""
+        self.next_partial_frame = self.config.partial_frames - self.partial_offset
+        self.partial_requested = False
+
+    def _advance_partials(self) -> None:
+        """The next grid point past the decoded frames."""
+        p = self.config.partial_frames
+        first = p - self.partial_offset
+        done = self.decoded_frames
+        self.next_partial_frame = first if done < first else first + (done - first) // p * p + p
+
+    def partial_due(self) -> bool:
+        """Whether a partial is owed: new whole chunks, and the cadence (or a consumer) asks for one."""
+        end = self.ready_end_frame()
+        return end > self.decoded_frames and (end >= self.next_partial_frame or self.partial_requested)
 
     def push(self, samples: np.ndarray) -> None:
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
@@ -109,6 +160,7 @@ class StreamSession:
         self.base_sample = self.total_samples = self.decoded_frames = 0
         self.carry = None
         self.tokens, self.frames, self.durations = [], [], []
+        self._arm_partials()
 
     def ready_end_frame(self) -> int:
         """The frame up to which whole chunks (with their right context) are available."""
@@ -155,6 +207,9 @@ class StreamSession:
             self.durations += seq.durations
         self.carry = carry
         self.decoded_frames = max(self.decoded_frames, end_frame)
+        if not request.final:
+            self.partial_requested = False
+            self._advance_partials()
         self._trim()
         return StreamResult(self.id, request.final, "", list(self.tokens), list(self.frames),
                             list(self.durations), self.total_samples / self.config.sample_rate)
