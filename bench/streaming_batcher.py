@@ -567,12 +567,14 @@ async def sweep(args: argparse.Namespace, engine: ParakeetEngine, build: dict[st
     }
 
 
-def warm_engine(engine: ParakeetEngine, max_batch: int) -> dict[str, float]:
-    """Compile/capture every encoder profile and the decoder graph at the largest batch, before measuring."""
+def warm_engine(engine: ParakeetEngine, max_batch: int, config: StreamConfig) -> dict[str, float]:
+    """Compile/capture every encoder profile and the decoder graph at the largest batch and the longest
+    window, before measuring (a decoder re-capture mid-sweep would stall a tick for ~1 s)."""
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     if engine.graph_decoder is not None:
-        engine.graph_decoder.ensure(max_batch, 64)  # before any smaller batch: one capture serves all
+        frames = max(64, engine.encoded_lengths([config.max_window_samples])[0])
+        engine.graph_decoder.ensure(max_batch, frames)  # before any smaller batch: one capture serves all
     times["decoder_capture_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     engine.warmup()  # encoder profiles (torch.compile + graph capture for cuda_graphs) + one transcription
@@ -632,7 +634,7 @@ def main() -> None:
     t0 = time.perf_counter()
     engine, emission = build_engine(args)
     build: dict[str, Any] = {"engine_s": time.perf_counter() - t0}
-    build.update(warm_engine(engine, args.max_batch))
+    build.update(warm_engine(engine, args.max_batch, stream_config(args)))
     print(f"engine ready in {time.perf_counter() - t0:.1f} s: {build}", flush=True)
 
     loop_factory = None
