@@ -110,7 +110,10 @@ class StreamSession:
 
     config: StreamConfig
     id: int = field(default_factory=lambda: next(_ids))
-    audio: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    # live audio = _buf[_head : _head + total_samples - base_sample]; appends write past it, trims move
+    # _head, a full buffer is replaced: bytes a window view (``audio``) covers are never written again
+    _buf: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32), repr=False)
+    _head: int = 0
     base_sample: int = 0  # utterance sample of audio[0] (old audio is trimmed away)
     total_samples: int = 0
     decoded_frames: int = 0  # utterance frames already decoded
@@ -149,14 +152,27 @@ class StreamSession:
         end = self.ready_end_frame()
         return end > self.decoded_frames and (end >= self.next_partial_frame or self.partial_requested)
 
+    @property
+    def audio(self) -> np.ndarray:
+        """The kept audio (a view; from utterance sample ``base_sample``)."""
+        return self._buf[self._head : self._head + self.total_samples - self.base_sample]
+
     def push(self, samples: np.ndarray) -> None:
+        """Append audio: amortized O(len(samples)), where a concatenation copied the whole kept window
+        (up to 10 s) on the event loop for every 20 ms frame."""
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
-        self.audio = np.concatenate([self.audio, samples])
-        self.total_samples += len(samples)
+        n, live = len(samples), self.total_samples - self.base_sample
+        end = self._head + live
+        if end + n > len(self._buf):  # a new buffer: views of the old one stay valid for the worker
+            grown = np.empty(max(2 * (live + n), 16000), dtype=np.float32)
+            grown[:live] = self._buf[self._head : end]
+            self._buf, self._head, end = grown, 0, live
+        self._buf[end : end + n] = samples
+        self.total_samples += n
 
     def reset(self) -> None:
         """Start a new utterance (same session id)."""
-        self.audio = np.zeros(0, dtype=np.float32)
+        self._buf, self._head = np.zeros(0, dtype=np.float32), 0
         self.base_sample = self.total_samples = self.decoded_frames = 0
         self.carry = None
         self.tokens, self.frames, self.durations = [], [], []
@@ -191,7 +207,7 @@ class StreamSession:
         start_frame = max(0, min(self.decoded_frames, window_end_frame) - c.left_frames)
         start_frame = max(start_frame, -(-self.base_sample // spf))
         lo = start_frame * spf - self.base_sample
-        # a view: push() and _trim() replace self.audio, they never write into it
+        # a view: push() writes only past it (or into a new buffer), _trim() only moves the head
         audio = self.audio[lo : end_sample - self.base_sample]
         return WindowRequest(self, audio, start_frame, self.decoded_frames, end_frame, self.carry,
                              final=final, fresh=False)
@@ -222,5 +238,5 @@ class StreamSession:
             return  # keep everything: the final pass may re-decode the whole utterance
         keep_from = max(0, self.decoded_frames - c.left_frames) * spf
         if keep_from > self.base_sample:
-            self.audio = self.audio[keep_from - self.base_sample :]
+            self._head += keep_from - self.base_sample
             self.base_sample = keep_from

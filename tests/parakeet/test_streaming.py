@@ -10,7 +10,7 @@ import pytest
 
 from asr.parakeet.batcher import StreamBatcher
 from asr.parakeet.engine import ParakeetEngine
-from asr.parakeet.streaming import StreamConfig
+from asr.parakeet.streaming import StreamConfig, StreamSession
 from asr.parakeet.tiny import synthetic_speech
 
 FRAME = 320  # 20 ms of 16 kHz audio, what a transport delivers
@@ -258,3 +258,26 @@ async def test_a_requested_partial_comes_before_the_cadence(engine):
     await asyncio.sleep(0.05)
     assert len(partials) == 1 and session.next_partial_frame == first  # back on the cadence
     await batcher.aclose()
+
+
+def test_session_audio_appends_in_place_and_window_views_never_change():
+    config = StreamConfig(left_context_s=0.4, partial_interval_ms=0)
+    session = StreamSession(config)
+    rng = np.random.default_rng(4)
+    clip = rng.standard_normal(16000 * 3).astype(np.float32)
+    held = []  # (view, its content then): what a worker thread could still be reading
+    buffers = set()
+    for lo in range(0, len(clip), 320):
+        session.push(clip[lo : lo + 320])
+        buffers.add(id(session._buf))
+        assert np.array_equal(session.audio, clip[session.base_sample : lo + 320])
+        request = session.next_request()
+        if request is not None:
+            held.append((request.audio, request.audio.copy()))
+            session.decoded_frames = request.end_frame  # as apply() does, then trims
+            session._trim()
+    assert session.base_sample > 0 and len(held) > 10
+    assert all(np.array_equal(view, then) for view, then in held)
+    assert len(buffers) < 12  # grown by doubling, not copied per push (150 pushes)
+    session.reset()
+    assert len(session.audio) == 0 and session.total_samples == 0
