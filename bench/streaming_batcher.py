@@ -452,9 +452,13 @@ def build_engine(args: argparse.Namespace) -> tuple[ParakeetEngine, dict[str, An
     return engine, {}
 
 
-def batcher_interval(args: argparse.Namespace) -> int:
-    """The partial interval the batcher really uses (whole chunks; 0 = every chunk)."""
-    config = stream_config(args)
+def intervals(args: argparse.Namespace) -> list[int]:
+    """``--partial-interval-ms`` as a list: the first is swept (and claimed), the others compared."""
+    return [int(v) for v in str(args.partial_interval_ms).split(",") if v.strip()]
+
+
+def batcher_interval(config: StreamConfig) -> int:
+    """The partial interval the batcher really uses, ms (whole chunks; a chunk for 0)."""
     return round(config.partial_frames * config.samples_per_frame * 1000 / config.sample_rate)
 
 
@@ -499,31 +503,44 @@ def print_table(rows: list[dict[str, Any]], target_ms: float, title: str = "") -
           "late99: p99 ms the callers' feeds ran late)")
 
 
-def stream_config(args: argparse.Namespace) -> StreamConfig:
+def stream_config(args: argparse.Namespace, interval: int | None = None) -> StreamConfig:
     return StreamConfig(chunk_ms=args.chunk_ms, left_context_s=args.left_context,
-                        partial_interval_ms=args.partial_interval_ms)
+                        partial_interval_ms=intervals(args)[0] if interval is None else interval)
 
 
-async def sweep(args: argparse.Namespace, engine: ParakeetEngine, build: dict[str, Any]) -> dict[str, Any]:
-    config = stream_config(args)
+async def sweep_all(args: argparse.Namespace, engine: ParakeetEngine, build: dict[str, Any]) -> dict[str, Any]:
+    """The caller sweep at the first partial interval (``--passes`` passes), then one pass at each other
+    interval over ``--compare-callers`` (same engine, profiles and load)."""
+    first, *others = intervals(args)
+    callers = [int(c) for c in args.callers.split(",") if c.strip()]
+    result = await sweep(args, engine, build, first, callers, args.passes)
+    compare = [int(c) for c in args.compare_callers.split(",") if c.strip()]
+    result["comparisons"] = [await sweep(args, engine, {}, interval, compare, 1) for interval in others]
+    return result
+
+
+async def sweep(args: argparse.Namespace, engine: ParakeetEngine, build: dict[str, Any], interval: int,
+                callers: list[int], passes_wanted: int) -> dict[str, Any]:
+    config = stream_config(args, interval)
     carry_bank = {"auto": None, "on": True, "off": False}[args.carry_bank]
     batcher = StreamBatcher(engine, config, max_batch=args.max_batch, carry_bank=carry_bank)
     profiler = TickProfiler(batcher, engine)
     load = Load(chunk_s=args.chunk_ms / 1000, talk_s=args.talk, pause_s=args.pause, jitter=args.jitter,
                 warm_s=min(1.0, args.duration / 4))
-    callers = [int(c) for c in args.callers.split(",") if c.strip()]
     clip_s = max(20.0, 2 * (args.talk + args.pause))
     clips = random_audio(min(args.clips, max(callers)), clip_s, seed=11, device="cpu").numpy()
-    build["host_probe"] = host_probe(engine, batcher.config, args.max_batch)
-    print(f"host probe: {build['host_probe']}", flush=True)
+    if build:  # the main sweep's (comparisons share the engine)
+        build["host_probe"] = host_probe(engine, batcher.config, args.max_batch)
+        print(f"host probe: {build['host_probe']}", flush=True)
     t0 = time.perf_counter()
     warm = min(64, max(callers))
     await run_load(batcher, profiler, clips, warm, min(2.0, args.duration), load, seed=10_000)  # paths warm
-    build["warmup_run_s"] = time.perf_counter() - t0
+    build[f"warmup_run_s_{interval}ms"] = time.perf_counter() - t0
     gc.collect()
     gc.freeze()  # as the agent does after warm-up
     passes: list[dict[str, Any]] = []
-    for index in range(args.passes):
+    tag = f"{batcher_interval(batcher.config)} ms"
+    for index in range(passes_wanted):
         label = "cold" if index == 0 else f"warm{index}"
         rows: list[dict[str, Any]] = []
         stopped = None
@@ -532,7 +549,7 @@ async def sweep(args: argparse.Namespace, engine: ParakeetEngine, build: dict[st
             row["pass"] = label
             rows.append(row)
             split = row["profile"].get("split_mean_ms", {})
-            print(f"[{label}] callers {n}: partial p99 {fmt(row['partial_p99_ms'], 1)} ms, final p50/p99 "
+            print(f"[{tag} {label}] callers {n}: partial p99 {fmt(row['partial_p99_ms'], 1)} ms, final p50/p99 "
                   f"{fmt(row['final_p50_ms'], 1)}/{fmt(row['final_p99_ms'], 1)} ms, batch {row['mean_batch']:.1f}, "
                   f"{row['windows_per_s']:.0f} windows/s, {row['ticks_per_s']:.1f} ticks/s, tick "
                   f"{fmt(split.get('tick_ms'), 1)} ms (enc {fmt(split.get('encoder_ms'), 1)}, dec "
@@ -549,6 +566,8 @@ async def sweep(args: argparse.Namespace, engine: ParakeetEngine, build: dict[st
     per_pass = [p["max_callers_ok"] for p in passes]
     bank = batcher._bank
     return {
+        "partial_interval_ms": interval,
+        "partial_interval_used_ms": batcher_interval(batcher.config),
         "passes": passes,
         "rows": [row for p in passes for row in p["rows"]],
         # the claim: the worst pass (a pass with no caller count within target counts as 0)
@@ -593,9 +612,11 @@ def main() -> None:
     parser.add_argument("--chunk-ms", type=int, default=160)
     parser.add_argument("--left-context", type=float, default=StreamConfig.left_context_s,
                         help="seconds (the agent's asr.left_context_s; runs 9-16 used 2.0)")
-    parser.add_argument("--partial-interval-ms", type=int, default=StreamConfig.partial_interval_ms,
-                        help="a partial per caller every this many ms of audio (the agent's default); 0: every chunk "
-                             "(runs 9-16)")
+    parser.add_argument("--partial-interval-ms", default=str(StreamConfig.partial_interval_ms),
+                        help="a partial per caller every this many ms of audio (default: the agent's); 0: every chunk "
+                             "(runs 9-16). A list: the first is swept and claimed, the others get one pass over "
+                             "--compare-callers on the same engine (profiles are derived for the first)")
+    parser.add_argument("--compare-callers", default="512,768", help="caller counts for the other intervals")
     parser.add_argument("--passes", type=int, default=2,
                         help="sweep the caller counts this many times in a row (cold, then warm); all reported")
     parser.add_argument("--talk", type=float, default=4.0)
@@ -648,7 +669,7 @@ def main() -> None:
                 raise
     loop_name = "uvloop" if loop_factory is not None else "asyncio"
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        result = runner.run(sweep(args, engine, build))
+        result = runner.run(sweep_all(args, engine, build))
     data = {
         "config": {k: v for k, v in vars(args).items() if k != "out"},
         "load": asdict(Load(chunk_s=args.chunk_ms / 1000, talk_s=args.talk, pause_s=args.pause, jitter=args.jitter)),
@@ -663,12 +684,14 @@ def main() -> None:
         **result,
     }
     path = write_result("streaming_batcher", data, args.out)
-    for p in result["passes"]:
-        print_table(p["rows"], args.target_ms, f"pass {p['pass']}: largest N ok {p['max_callers_ok']}")
+    for sweep_result in [result, *result["comparisons"]]:
+        for p in sweep_result["passes"]:
+            print_table(p["rows"], args.target_ms, f"partial every {sweep_result['partial_interval_used_ms']} ms, "
+                        f"pass {p['pass']}: largest N ok {p['max_callers_ok']}")
     print(f"\nlargest N with p99 final <= {args.target_ms:g} ms and partials for every caller, worst of "
           f"{len(result['passes'])} passes {result['max_callers_ok_per_pass']}: {result['max_callers_ok']}  "
           f"(left context {args.left_context:g} s, chunk {args.chunk_ms} ms, partial every "
-          f"{batcher_interval(args)} ms, decoder {result['decoder_mode']}, carry bank {result['carry_bank']}, "
+          f"{result['partial_interval_used_ms']} ms, decoder {result['decoder_mode']}, carry bank {result['carry_bank']}, "
           f"event loop {loop_name}, pipecat imported: {data['pipecat_imported']}, total {data['total_s']:.0f} s)")
     print(f"wrote {path}")
 
