@@ -95,6 +95,7 @@ class TickStats:
     ticks: int = 0
     windows: int = 0
     finals: int = 0  # windows that were finals
+    max_windows: int = 0  # the most windows one tick held
     partials: int = 0  # partial results delivered
     audio_s: float = 0.0  # window audio encoded
     busy_s: float = 0.0  # time in the worker
@@ -239,6 +240,7 @@ class StreamBatcher:
         self.stats.ticks += 1
         self.stats.windows += len(work)
         self.stats.finals += sum(req.final for _, req in work)
+        self.stats.max_windows = max(self.stats.max_windows, len(work))
         self.stats.busy_s += loop.time() - start
         results: dict[int, StreamResult] = {}
         for (job, req), (seq, carry, end_frame) in zip(work, decoded, strict=True):

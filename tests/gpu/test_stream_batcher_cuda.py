@@ -173,7 +173,10 @@ async def twenty_sessions_final_pass(engine: ParakeetEngine, config: StreamConfi
         assert partials and all(p.session_id == session.id and not p.final for p in partials), f"session {i}"
         assert [round(p.audio_s * 16000) // CHUNK * 2 for p in partials] == partial_ends(session, len(clips[i]))
     assert len({tuple(f.tokens) for _, f, _ in outcomes}) == len(clips)  # distinct: a mix-up would show
-    assert batcher.stats.windows > 1.5 * batcher.stats.ticks  # sessions really shared ticks
+    if config.partial_interval_ms == 0:
+        assert batcher.stats.windows > 1.5 * batcher.stats.ticks  # sessions really shared ticks
+    else:  # a window every 4 chunks per session: fewer per tick, but the staggered starts coincide
+        assert batcher.stats.max_windows >= 3
 
     # every session holds its own bank row; closing gives every row back
     rows = {session.id: batcher._slots[session.id] for session, _, _ in outcomes}
@@ -213,7 +216,10 @@ async def twenty_sessions_incremental(engine: ParakeetEngine, partial_interval_m
         assert [p.tokens for p in partials] == want_partials, f"session {i}"
         assert all(p.session_id == session.id for p in partials)
     assert len({tuple(f.tokens) for _, f, _ in outcomes}) == len(clips)
-    assert batcher.stats.windows > 1.5 * batcher.stats.ticks
+    if partial_interval_ms == 0:
+        assert batcher.stats.windows > 1.5 * batcher.stats.ticks
+    else:
+        assert batcher.stats.max_windows >= 3
     # mid-utterance the sessions' carries are bank markers for their own rows
     session = batcher.open()
     session.push(clips[0][:CHUNK])
