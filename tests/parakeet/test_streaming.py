@@ -278,6 +278,6 @@ def test_session_audio_appends_in_place_and_window_views_never_change():
             session._trim()
     assert session.base_sample > 0 and len(held) > 10
     assert all(np.array_equal(view, then) for view, then in held)
-    assert len(buffers) < 12  # grown by doubling, not copied per push (150 pushes)
+    assert len(buffers) < 12  # grown 1.5x at a time, not copied per push (150 pushes)
     session.reset()
     assert len(session.audio) == 0 and session.total_samples == 0
