@@ -3,16 +3,15 @@
 Per utterance (VAD start to VAD stop) the service opens a stream session, feeds it the audio
 (plus a short pre-roll from before the VAD fired), pushes ``InterimTranscriptionFrame``s as
 partials decode (every ``asr.partial_interval_ms`` of audio), and at VAD stop pushes one finalized
-``TranscriptionFrame``.
+``TranscriptionFrame``; pipecat measures TTFB from the end of speech to that frame. Audio keeps
+flowing while a final is computed: finals and interims go out from one ordered background task.
 
 Every interim frame's ``result`` is a :class:`ParakeetPartial`: the batcher's result plus how many
 partials in a row had this text. Once that reaches ``stable_partials`` the partial is *stable* and
 the frame is pushed even when its text repeats the previous interim (once per text): the hook for an
 eager end of turn or a speculative LLM request (start the reply on the stable text, cancel it if
 the final differs or the caller goes on). ``request_partial()`` asks the batcher for a partial in
-its next tick whatever the cadence (e.g. when a consumer sees the caller go quiet). pipecat measures
-TTFB from the end of speech to that frame. Audio keeps flowing while a final is computed:
-finals and interims go out from one ordered background task.
+its next tick whatever the cadence (e.g. when a consumer sees the caller go quiet).
 
 ``create_parakeet_stt(asr_config)`` builds it on a process-wide engine and batcher, so every
 caller shares one batched model.
