@@ -1,15 +1,25 @@
 """N real-time callers through the project's real streaming path: ``StreamBatcher`` + ``ParakeetEngine``.
 
-Usage (device): PYTHONPATH=. python3 bench/streaming_batcher.py --device cuda --callers 1,64,256,512,1024 --out DIR
+Usage (device): PYTHONPATH=. python3 bench/streaming_batcher.py --callers 256,384,512,640,768,896 --out DIR
 Usage (CPU smoke, tiny model): PYTHONPATH=. python3 bench/streaming_batcher.py --device cpu --callers 1,4 --duration 3
+
+Without flags it measures what the agent runs (``agent.config.ASRConfig`` / ``cadence serve``): 10 s left
+context, 160 ms chunks, a partial every ``StreamConfig.partial_interval_ms`` (640 ms) per caller,
+staggered, finals first in each tick, encoder profiles derived as the agent derives them
+(``asr.parakeet.batcher.stream_encoder_profiles``: full and half windows), ``max_batch`` 256, the
+0.5 ms GIL switch interval. Runs 9-16 used ``--left-context 2.0 --partial-interval-ms 0 --profiles
+<2 s set>`` (a partial every chunk); those flags reproduce them. Every caller count is run
+``--passes`` times in a row (default 2: the first, cold, pass and a warm one) and every pass is
+reported; the summary's claim is the worst pass, never the best.
 
 Each caller is an asyncio task with its own ``StreamSession``: it feeds 160 ms chunks of the speech-like
 signal of the other benches (``bench.common.random_audio``) on the wall clock, talks ~4 s, calls
 ``finalize`` at the end of speech and pauses ~1 s; starts are staggered (a random phase within a chunk
 and a random point of the talk/pause cycle). Measured in a window that skips the first second:
 
-- chunk -> partial: from a chunk's due time (its last sample spoken) to the partial that covers it
-  reaching the caller's callback (a chunk the final covered first has no partial);
+- newest chunk -> partial: from the due time (last sample spoken) of the newest chunk a partial covers
+  to that partial reaching the caller's callback: how late the batcher delivers a partial once due
+  (with partials every chunk, as before run 17, that is every chunk's latency);
 - end of speech -> final: from the utterance's last chunk's due time to ``finalize`` returning;
 - batch per tick, ticks/s, how late the callers' feeds ran (event loop saturation), CPU use;
 - where each tick's time goes: host perf counters and CUDA events around the batcher's worker call and
@@ -46,11 +56,11 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import numpy as np
 import torch
 
-from asr.parakeet.batcher import StreamBatcher
+from asr.parakeet.batcher import StreamBatcher, stream_encoder_profiles
 from asr.parakeet.engine import ParakeetEngine
 from asr.parakeet.streaming import StreamConfig, StreamResult
 from bench.common import random_audio, write_result
-from bench.stream_engine import STREAM_PROFILES, tiny_engine, v3_engine
+from bench.stream_engine import tiny_engine, v3_engine
 
 log = logging.getLogger("streaming_batcher")
 SR = 16000
@@ -290,10 +300,11 @@ async def run_load(batcher: StreamBatcher, profiler: TickProfiler, clips: np.nda
             now = clock()
             partials_got[i] += 1
             covered = session.decoded_frames * spf
+            newest = None
             while pending and pending[0][0] <= covered:
-                _, due = pending.popleft()
-                if in_window(due):
-                    partial_ms.append((now - due) * 1e3)
+                _, newest = pending.popleft()
+            if newest is not None and in_window(newest):
+                partial_ms.append((now - newest) * 1e3)
 
         session = batcher.open(on_partial=on_partial)
         t = start + phase[i]
@@ -353,7 +364,8 @@ async def run_load(batcher: StreamBatcher, profiler: TickProfiler, clips: np.nda
     loop.call_later(max(0.0, measure_from - clock()), recording, True)
     loop.call_later(max(0.0, stop - clock()), recording, False)
     profiler.records.clear()
-    cpu0, wall0, stats0 = time.process_time(), clock(), (batcher.stats.ticks, batcher.stats.windows)
+    cpu0, wall0 = time.process_time(), clock()
+    stats0 = (batcher.stats.ticks, batcher.stats.windows, batcher.stats.finals)
     await asyncio.gather(*(caller(i) for i in range(callers)))
     wall, cpu = clock() - wall0, time.process_time() - cpu0
     profiler.recording = False
@@ -366,7 +378,7 @@ async def run_load(batcher: StreamBatcher, profiler: TickProfiler, clips: np.nda
         "window_s": window,
         "chunks": counts["chunks"],
         "partials": len(partial_ms),
-        "partial_coverage": len(partial_ms) / max(1, counts["nonfinal_chunks"]),
+        "partial_coverage": len(partial_ms) / max(1, counts["nonfinal_chunks"]),  # partials per talking chunk
         "finals": len(final_ms),
         "utterances": counts["utterances"],
         "errors": counts["errors"],
@@ -382,6 +394,8 @@ async def run_load(batcher: StreamBatcher, profiler: TickProfiler, clips: np.nda
         "cpu_util": cpu / wall,
         "all_ticks": batcher.stats.ticks - stats0[0],
         "all_windows": batcher.stats.windows - stats0[1],
+        "all_final_windows": batcher.stats.finals - stats0[2],
+        "windows_per_s": float(np.sum(windows)) / window if windows else 0.0,
     }
     for name, values in (("partial", partial_ms), ("final", final_ms), ("feed_late", late_ms)):
         for q in (50, 95, 99):
@@ -397,7 +411,7 @@ def host_probe(engine: ParakeetEngine, config: StreamConfig, batch: int, iters: 
     host-to-device copy the engine does, and (for comparison) a pinned non-blocking copy."""
     from asr.parakeet.engine import pad_batch
 
-    window = (config.left_frames + config.chunk_frames) * config.samples_per_frame
+    window = config.max_window_samples
     rng = np.random.default_rng(0)
     audios = [rng.standard_normal(window).astype(np.float32) for _ in range(batch)]
 
@@ -438,6 +452,16 @@ def build_engine(args: argparse.Namespace) -> tuple[ParakeetEngine, dict[str, An
     return engine, {}
 
 
+def intervals(args: argparse.Namespace) -> list[int]:
+    """``--partial-interval-ms`` as a list: the first is swept (and claimed), the others compared."""
+    return [int(v) for v in str(args.partial_interval_ms).split(",") if v.strip()]
+
+
+def batcher_interval(config: StreamConfig) -> int:
+    """The partial interval the batcher really uses, ms (whole chunks; a chunk for 0)."""
+    return round(config.partial_frames * config.samples_per_frame * 1000 / config.sample_rate)
+
+
 def git_commit() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
@@ -458,7 +482,9 @@ def fmt(value: float | None, width: int = 7) -> str:
     return f"{value:{width}.1f}" if value is not None else " " * (width - 1) + "-"
 
 
-def print_table(rows: list[dict[str, Any]], target_ms: float) -> None:
+def print_table(rows: list[dict[str, Any]], target_ms: float, title: str = "") -> None:
+    if title:
+        print(f"\n{title}")
     print(f"\n{'callers':>7} | {'partial p50 p95 p99 ms':>23} | {'final p50 p95 p99 ms':>23} | {'cover':>5} "
           f"{'batch':>6} {'tick/s':>6} | {'tick':>6} {'enc':>6} {'dec':>6} {'glue':>6} {'p+h2d':>5} {'loop':>5} "
           f"| {'late99':>6} {'cpu':>4} {'finals':>6} ok")
@@ -473,49 +499,84 @@ def print_table(rows: list[dict[str, Any]], target_ms: float) -> None:
               f"{r['finals']:6d} {'yes' if row_ok(r, target_ms) else 'no'}")
     print("(tick = mean batcher tick wall ms = enc + dec + glue; enc/dec: GPU spans on CUDA; glue includes p+h2d "
           "(pad_batch + host-to-device copy) and loop (event-loop side: windows, apply, text, callbacks); "
+          "partial: newest covered chunk -> partial; cover: partials per talking chunk; "
           "late99: p99 ms the callers' feeds ran late)")
 
 
-async def sweep(args: argparse.Namespace, engine: ParakeetEngine, build: dict[str, Any]) -> dict[str, Any]:
-    config = StreamConfig(chunk_ms=args.chunk_ms, left_context_s=args.left_context)
+def stream_config(args: argparse.Namespace, interval: int | None = None) -> StreamConfig:
+    return StreamConfig(chunk_ms=args.chunk_ms, left_context_s=args.left_context,
+                        partial_interval_ms=intervals(args)[0] if interval is None else interval)
+
+
+async def sweep_all(args: argparse.Namespace, engine: ParakeetEngine, build: dict[str, Any]) -> dict[str, Any]:
+    """The caller sweep at the first partial interval (``--passes`` passes), then one pass at each other
+    interval over ``--compare-callers`` (same engine, profiles and load)."""
+    first, *others = intervals(args)
+    callers = [int(c) for c in args.callers.split(",") if c.strip()]
+    result = await sweep(args, engine, build, first, callers, args.passes)
+    compare = [int(c) for c in args.compare_callers.split(",") if c.strip()]
+    result["comparisons"] = [await sweep(args, engine, {}, interval, compare, 1) for interval in others]
+    return result
+
+
+async def sweep(args: argparse.Namespace, engine: ParakeetEngine, build: dict[str, Any], interval: int,
+                callers: list[int], passes_wanted: int) -> dict[str, Any]:
+    config = stream_config(args, interval)
     carry_bank = {"auto": None, "on": True, "off": False}[args.carry_bank]
     batcher = StreamBatcher(engine, config, max_batch=args.max_batch, carry_bank=carry_bank)
     profiler = TickProfiler(batcher, engine)
     load = Load(chunk_s=args.chunk_ms / 1000, talk_s=args.talk, pause_s=args.pause, jitter=args.jitter,
                 warm_s=min(1.0, args.duration / 4))
-    callers = [int(c) for c in args.callers.split(",") if c.strip()]
     clip_s = max(20.0, 2 * (args.talk + args.pause))
     clips = random_audio(min(args.clips, max(callers)), clip_s, seed=11, device="cpu").numpy()
-    build["host_probe"] = host_probe(engine, batcher.config, args.max_batch)
-    print(f"host probe: {build['host_probe']}", flush=True)
+    if build:  # the main sweep's (comparisons share the engine)
+        build["host_probe"] = host_probe(engine, batcher.config, args.max_batch)
+        print(f"host probe: {build['host_probe']}", flush=True)
     t0 = time.perf_counter()
     warm = min(64, max(callers))
     await run_load(batcher, profiler, clips, warm, min(2.0, args.duration), load, seed=10_000)  # paths warm
-    build["warmup_run_s"] = time.perf_counter() - t0
+    build[f"warmup_run_s_{interval}ms"] = time.perf_counter() - t0
     gc.collect()
     gc.freeze()  # as the agent does after warm-up
-    rows: list[dict[str, Any]] = []
-    stopped = None
-    for n in callers:
-        row = await run_load(batcher, profiler, clips, n, args.duration, load, seed=n)
-        rows.append(row)
-        split = row["profile"].get("split_mean_ms", {})
-        print(f"callers {n}: partial p99 {fmt(row['partial_p99_ms'], 1)} ms, final p50/p99 "
-              f"{fmt(row['final_p50_ms'], 1)}/{fmt(row['final_p99_ms'], 1)} ms, batch {row['mean_batch']:.1f}, "
-              f"{row['ticks_per_s']:.1f} ticks/s, tick {fmt(split.get('tick_ms'), 1)} ms "
-              f"(enc {fmt(split.get('encoder_ms'), 1)}, dec {fmt(split.get('decoder_ms'), 1)}, "
-              f"glue {fmt(split.get('host_glue_ms'), 1)}), errors {row['errors']}", flush=True)
-        p99 = row["final_p99_ms"]
-        if (p99 is not None and p99 > args.stop_ms) or row["timeouts"]:
-            stopped = n
-            break
+    passes: list[dict[str, Any]] = []
+    tag = f"{batcher_interval(batcher.config)} ms"
+    for index in range(passes_wanted):
+        label = "cold" if index == 0 else f"warm{index}"
+        rows: list[dict[str, Any]] = []
+        stopped = None
+        for n in callers:
+            row = await run_load(batcher, profiler, clips, n, args.duration, load, seed=n + 7919 * index)
+            row["pass"] = label
+            rows.append(row)
+            split = row["profile"].get("split_mean_ms", {})
+            print(f"[{tag} {label}] callers {n}: partial p99 {fmt(row['partial_p99_ms'], 1)} ms, final p50/p99 "
+                  f"{fmt(row['final_p50_ms'], 1)}/{fmt(row['final_p99_ms'], 1)} ms, batch {row['mean_batch']:.1f}, "
+                  f"{row['windows_per_s']:.0f} windows/s, {row['ticks_per_s']:.1f} ticks/s, tick "
+                  f"{fmt(split.get('tick_ms'), 1)} ms (enc {fmt(split.get('encoder_ms'), 1)}, dec "
+                  f"{fmt(split.get('decoder_ms'), 1)}, glue {fmt(split.get('host_glue_ms'), 1)}), "
+                  f"errors {row['errors']}", flush=True)
+            p99 = row["final_p99_ms"]
+            if (p99 is not None and p99 > args.stop_ms) or row["timeouts"]:
+                stopped = n
+                break
+        ok = [r["callers"] for r in rows if row_ok(r, args.target_ms)]
+        passes.append({"pass": label, "rows": rows, "max_callers_ok": max(ok) if ok else None,
+                       "stopped_at_callers": stopped})
     await batcher.aclose()
-    ok = [r["callers"] for r in rows if row_ok(r, args.target_ms)]
+    per_pass = [p["max_callers_ok"] for p in passes]
     bank = batcher._bank
     return {
-        "rows": rows,
-        "max_callers_ok": max(ok) if ok else None,
-        "stopped_at_callers": stopped,
+        "partial_interval_ms": interval,
+        "partial_interval_used_ms": batcher_interval(batcher.config),
+        "passes": passes,
+        "rows": [row for p in passes for row in p["rows"]],
+        # the claim: the worst pass (a pass with no caller count within target counts as 0)
+        "max_callers_ok": min((m or 0) for m in per_pass) if per_pass else None,
+        "max_callers_ok_per_pass": per_pass,
+        "stopped_at_callers": [p["stopped_at_callers"] for p in passes],
+        "stream_config": asdict(batcher.config),
+        "max_window_samples": batcher.config.max_window_samples,
+        "stats": asdict(batcher.stats),
         "bank_streams": bank.streams if bank is not None else None,
         "decoder_captures": engine.graph_decoder.captures if engine.graph_decoder is not None else None,
         "decoder_mode": (engine.graph_decoder.mode.value if engine.graph_decoder is not None
@@ -525,12 +586,14 @@ async def sweep(args: argparse.Namespace, engine: ParakeetEngine, build: dict[st
     }
 
 
-def warm_engine(engine: ParakeetEngine, max_batch: int) -> dict[str, float]:
-    """Compile/capture every encoder profile and the decoder graph at the largest batch, before measuring."""
+def warm_engine(engine: ParakeetEngine, max_batch: int, config: StreamConfig) -> dict[str, float]:
+    """Compile/capture every encoder profile and the decoder graph at the largest batch and the longest
+    window, before measuring (a decoder re-capture mid-sweep would stall a tick for ~1 s)."""
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     if engine.graph_decoder is not None:
-        engine.graph_decoder.ensure(max_batch, 64)  # before any smaller batch: one capture serves all
+        frames = max(64, engine.encoded_lengths([config.max_window_samples])[0])
+        engine.graph_decoder.ensure(max_batch, frames)  # before any smaller batch: one capture serves all
     times["decoder_capture_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     engine.warmup()  # encoder profiles (torch.compile + graph capture for cuda_graphs) + one transcription
@@ -547,13 +610,24 @@ def main() -> None:
     parser.add_argument("--target-ms", type=float, default=50.0, help="p99 end of speech -> final goal")
     parser.add_argument("--stop-ms", type=float, default=200.0, help="stop the sweep past this p99 final")
     parser.add_argument("--chunk-ms", type=int, default=160)
-    parser.add_argument("--left-context", type=float, default=2.0, help="seconds (as streaming_sim.py)")
+    parser.add_argument("--left-context", type=float, default=StreamConfig.left_context_s,
+                        help="seconds (the agent's asr.left_context_s; runs 9-16 used 2.0)")
+    parser.add_argument("--partial-interval-ms", default=str(StreamConfig.partial_interval_ms),
+                        help="a partial per caller every this many ms of audio (default: the agent's); 0: every chunk "
+                             "(runs 9-16). A list: the first is swept and claimed, the others get one pass over "
+                             "--compare-callers on the same engine (profiles are derived for the first)")
+    parser.add_argument("--compare-callers", default="512,768", help="caller counts for the other intervals")
+    parser.add_argument("--passes", type=int, default=2,
+                        help="sweep the caller counts this many times in a row (cold, then warm); all reported")
     parser.add_argument("--talk", type=float, default=4.0)
     parser.add_argument("--pause", type=float, default=1.0)
     parser.add_argument("--jitter", type=float, default=0.1)
     parser.add_argument("--max-batch", type=int, default=256, help="StreamBatcher max windows per tick")
     parser.add_argument("--encoder-backend", default="cuda_graphs")
-    parser.add_argument("--profiles", default=STREAM_PROFILES)
+    parser.add_argument("--profiles", default=None,
+                        help="cuda_graphs profiles; default: derived as the agent does "
+                             "(asr.parakeet.batcher.stream_encoder_profiles); runs 13-16: bench.stream_engine's "
+                             "STREAM_PROFILES with --left-context 2.0")
     parser.add_argument("--decoder-dtype", default="float32", help="the engine's default; streaming_sim used bf16")
     parser.add_argument("--graph-mode", default="auto", choices=["auto", "conditional", "graphs", "eager"])
     parser.add_argument("--features", default="graphed", choices=["graphed", "separate"],
@@ -568,6 +642,8 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     args.model = args.model or ("v3" if args.device == "cuda" else "tiny")
+    if args.profiles is None and args.encoder_backend == "cuda_graphs":
+        args.profiles = stream_encoder_profiles(stream_config(args), args.max_batch)
     logging.basicConfig(level=logging.WARNING)
     if args.switch_interval is None and args.device.startswith("cuda"):
         args.switch_interval = 0.0005  # agent.runtime.GPU_STREAMING_SWITCH_INTERVAL_MS (not imported: no loguru here)
@@ -579,7 +655,7 @@ def main() -> None:
     t0 = time.perf_counter()
     engine, emission = build_engine(args)
     build: dict[str, Any] = {"engine_s": time.perf_counter() - t0}
-    build.update(warm_engine(engine, args.max_batch))
+    build.update(warm_engine(engine, args.max_batch, stream_config(args)))
     print(f"engine ready in {time.perf_counter() - t0:.1f} s: {build}", flush=True)
 
     loop_factory = None
@@ -593,7 +669,7 @@ def main() -> None:
                 raise
     loop_name = "uvloop" if loop_factory is not None else "asyncio"
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        result = runner.run(sweep(args, engine, build))
+        result = runner.run(sweep_all(args, engine, build))
     data = {
         "config": {k: v for k, v in vars(args).items() if k != "out"},
         "load": asdict(Load(chunk_s=args.chunk_ms / 1000, talk_s=args.talk, pause_s=args.pause, jitter=args.jitter)),
@@ -608,9 +684,14 @@ def main() -> None:
         **result,
     }
     path = write_result("streaming_batcher", data, args.out)
-    print_table(result["rows"], args.target_ms)
-    print(f"\nlargest N with p99 final <= {args.target_ms:g} ms and partials for every caller: "
-          f"{result['max_callers_ok']}  (decoder {result['decoder_mode']}, carry bank {result['carry_bank']}, "
+    for sweep_result in [result, *result["comparisons"]]:
+        for p in sweep_result["passes"]:
+            print_table(p["rows"], args.target_ms, f"partial every {sweep_result['partial_interval_used_ms']} ms, "
+                        f"pass {p['pass']}: largest N ok {p['max_callers_ok']}")
+    print(f"\nlargest N with p99 final <= {args.target_ms:g} ms and partials for every caller, worst of "
+          f"{len(result['passes'])} passes {result['max_callers_ok_per_pass']}: {result['max_callers_ok']}  "
+          f"(left context {args.left_context:g} s, chunk {args.chunk_ms} ms, partial every "
+          f"{result['partial_interval_used_ms']} ms, decoder {result['decoder_mode']}, carry bank {result['carry_bank']}, "
           f"event loop {loop_name}, pipecat imported: {data['pipecat_imported']}, total {data['total_s']:.0f} s)")
     print(f"wrote {path}")
 

@@ -6,9 +6,17 @@
     final = await batcher.finalize(session)       # end of speech: the final result; the session resets
     batcher.close(session)
 
-A single asyncio task gathers every session with a whole chunk ready (or a final pending), builds
-their windows, and runs features + encoder + decoder for all of them in a worker thread. Sessions
+A single asyncio task gathers every session that owes a result (a partial due at its cadence,
+``StreamConfig.partial_interval_ms``, one a consumer asked for with :meth:`StreamBatcher.request_partial`,
+or a final), builds their windows, and runs features + encoder + decoder for all of them in a
+worker thread. A session whose next partial is not due yet is not encoded at all: its audio waits
+and the next window decodes every frame since the last one. Finals go first (the priority lane):
+each tick takes every pending final before any partial, up to ``max_batch`` windows. Sessions
 are only touched on the event loop thread; the worker sees copies of their audio and carries.
+
+The encoder call groups a tick's windows by length (``ParakeetEngine.encode(..., by_length=True)``):
+with the profiles :func:`stream_encoder_profiles` derives, windows up to half the longest run in a
+half-length replay instead of being padded to ten seconds.
 
 On CUDA the decoder carries stay on the device in one ``asr.parakeet.gpu.carry_bank.CarryBank``
 (a row per open session, gathered and scattered with a few index ops per tick); a session's
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +47,31 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PartialCallback = Callable[[StreamResult], None]
+
+# Half-window profiles stop at this batch: a tick with more short windows than this is an overload,
+# and it runs in the full-window profiles (each profile is one more compile + capture at start-up).
+HALF_WINDOW_MAX_BATCH = 128
+
+
+def stream_encoder_profiles(config: StreamConfig, max_batch: int) -> str:
+    """Encoder shape profiles for a stream batcher: ``name=BATCHxFRAMES`` (``cuda_graphs``' format).
+
+    ``s<B>``: the longest window at the partial cadence (``config.max_window_samples``) at every batch
+    step of ``asr.parakeet.gpu.profiles.streaming_profiles`` up to ``max_batch``, plus its ``lag``
+    profile (twice the frames) for sessions that fell behind; ``h<B>``: half that window, batch steps up
+    to ``min(max_batch, HALF_WINDOW_MAX_BATCH)``, for utterances shorter than half the left context
+    (most turns of a conversation), which the engine groups by length (``encode(..., by_length=True)``).
+    """
+    from asr.parakeet.gpu.profiles import STREAM_BATCH_STEPS, aligned_frames, streaming_profiles
+
+    full = streaming_profiles(config.max_window_samples, max_batch)
+    frames = aligned_frames(config.max_window_samples // 160 + 1)
+    half = aligned_frames(frames // 2)
+    if half >= frames:
+        return full
+    cap = min(max_batch, HALF_WINDOW_MAX_BATCH)
+    batches = [b for b in STREAM_BATCH_STEPS if b < cap] + [cap]
+    return full + "," + ",".join(f"h{b}={b}x{half}" for b in batches)
 
 
 @dataclass
@@ -60,6 +94,9 @@ class TickStats:
 
     ticks: int = 0
     windows: int = 0
+    finals: int = 0  # windows that were finals
+    max_windows: int = 0  # the most windows one tick held
+    partials: int = 0  # partial results delivered
     audio_s: float = 0.0  # window audio encoded
     busy_s: float = 0.0  # time in the worker
 
@@ -69,11 +106,8 @@ class StreamBatcher:
                  carry_bank: bool | None = None) -> None:
         self.engine = engine
         base = config or StreamConfig()
-        self.config = StreamConfig(
-            sample_rate=engine.sample_rate, chunk_ms=base.chunk_ms, left_context_s=base.left_context_s,
-            right_context_ms=base.right_context_ms, samples_per_frame=engine.samples_per_frame,
-            final_pass=base.final_pass,
-        )
+        self.config = dataclasses.replace(base, sample_rate=engine.sample_rate,
+                                          samples_per_frame=engine.samples_per_frame)
         self.max_batch = max_batch
         # a tick's windows reach the device in a constant number of operations (see staging.py)
         self._staging = AudioStaging(engine.device)
@@ -110,18 +144,27 @@ class StreamBatcher:
         session.push(samples)
         self._schedule(session)
 
+    def request_partial(self, session: StreamSession) -> None:
+        """Ask for a partial of ``session`` in the next tick, whatever the cadence (once it has a new chunk)."""
+        session.partial_requested = True
+        self._schedule(session)
+
     def pending(self, session: StreamSession) -> bool:
         """Whether a tick for ``session`` is queued or running."""
         return session.in_flight or session.id in self._jobs
 
     async def finalize(self, session: StreamSession) -> StreamResult:
         """Decode everything left, return the final result, and reset the session for the next utterance."""
+        return await self.request_final(session)
+
+    def request_final(self, session: StreamSession) -> asyncio.Future[StreamResult]:
+        """:meth:`finalize` without waiting: the final is queued (ahead of every partial) before this returns."""
         fut: asyncio.Future[StreamResult] = asyncio.get_running_loop().create_future()
         job = self._jobs.setdefault(session.id, _Job(session))
         job.final = True
         job.futures.append(fut)
         self._kick()
-        return await fut
+        return fut
 
     async def aclose(self) -> None:
         if self._task is not None:
@@ -132,7 +175,7 @@ class StreamBatcher:
 
     # ------------------------------------------------------------------ the tick loop
     def _schedule(self, session: StreamSession) -> None:
-        if session.id in self._jobs or session.in_flight or not session.has_chunk():
+        if session.id in self._jobs or session.in_flight or not session.partial_due():
             return
         self._jobs[session.id] = _Job(session)
         self._kick()
@@ -152,7 +195,7 @@ class StreamBatcher:
             await self._wake.wait()
             self._wake.clear()
             while True:
-                ready = [j for j in self._jobs.values() if not j.session.in_flight][: self.max_batch]
+                ready = self._take()
                 if not ready:
                     break
                 for job in ready:
@@ -165,6 +208,15 @@ class StreamBatcher:
                         job.session.in_flight = False
                         if not job.final:
                             self._schedule(job.session)  # audio that arrived during the tick
+
+    def _take(self) -> list[_Job]:
+        """The next tick's jobs: every pending final first (the priority lane), then partials in the
+        order they came due, at most ``max_batch``."""
+        waiting = [j for j in self._jobs.values() if not j.session.in_flight]
+        finals = [j for j in waiting if j.final]
+        if finals and len(finals) < len(waiting):
+            waiting = finals + [j for j in waiting if not j.final]
+        return waiting[: self.max_batch]
 
     async def _tick(self, jobs: list[_Job]) -> None:
         requests = [job.session.next_request(final=job.final) for job in jobs]
@@ -187,6 +239,8 @@ class StreamBatcher:
                     self._free_slots.append(self._slots.pop(req.session.id))
         self.stats.ticks += 1
         self.stats.windows += len(work)
+        self.stats.finals += sum(req.final for _, req in work)
+        self.stats.max_windows = max(self.stats.max_windows, len(work))
         self.stats.busy_s += loop.time() - start
         results: dict[int, StreamResult] = {}
         for (job, req), (seq, carry, end_frame) in zip(work, decoded, strict=True):
@@ -204,6 +258,7 @@ class StreamBatcher:
             else:
                 listener = self._listeners.get(session.id)
                 if listener is not None:
+                    self.stats.partials += 1
                     listener(result)
 
     def _snapshot(self, session: StreamSession, final: bool) -> StreamResult:
@@ -264,11 +319,11 @@ class StreamBatcher:
             if fresh:
                 bank.reset(torch.tensor(fresh, dtype=torch.long).to(device))
             rows = torch.tensor(slots, dtype=torch.long).to(device)
-            encoded = self.engine.encode(audio, lengths)
+            encoded = self.engine.encode(audio, lengths, by_length=True)
             seqs = self.engine.decode_banked(encoded, bank, rows, start_frames=starts, end_frames=ends)
             carries: list[DecoderCarry | BankedCarry] = [BankedCarry(slot) for slot in slots]
         else:
-            encoded = self.engine.encode(audio, lengths)
+            encoded = self.engine.encode(audio, lengths, by_length=True)
             seqs, plain = self.engine.decode(encoded, carry=[r.carry for r in requests], start_frames=starts,
                                              end_frames=ends)
             carries = list(plain)

@@ -36,6 +36,12 @@ if TYPE_CHECKING:
 
 DECODER_GRAPH_MODES = ("auto", "conditional", "graphs", "eager")
 
+# What one more encoder replay costs, in ``ShapeProfile.cost`` units (batch x feature frames): on the
+# H200 a replay of the v3-sized encoder takes ~2.7 ms however small, then ~0.3 us per unit
+# (bench/results/NOTES.md run 15: 3.0 ms at 8 x 256, 6.8 ms at 48 x 256). Windows are split into
+# length groups only where the padding saved outweighs this.
+REPLAY_OVERHEAD_COST = 9000.0
+
 
 def check_decoder_graph_mode(mode: object) -> str:
     """``mode`` normalized (stripped, lower case), or a ValueError naming the valid modes."""
@@ -73,6 +79,50 @@ def pad_batch(audios: Sequence[np.ndarray | torch.Tensor]) -> tuple[torch.Tensor
     for i, audio in enumerate(audios):
         batch[i, : len(audio)] = torch.as_tensor(np.asarray(audio, dtype=np.float32))
     return batch, lengths
+
+
+def length_groups(frames: Sequence[int], profiles: Sequence[Any],
+                  overhead: float = REPLAY_OVERHEAD_COST) -> list[list[int]]:
+    """Rows (by feature frames) split into groups that each run in their own profile, cheapest overall.
+
+    Each row is bucketed by the shortest profile length that holds it (rows past every profile form
+    the last bucket); adjacent buckets may merge. Of the 2^(k-1) ways to merge k buckets the one with
+    the least ``sum(plan cost + overhead)`` wins, ties to fewer groups. One group: ``[all rows]``.
+    """
+    from asr.parakeet.gpu.profiles import plan_batches
+
+    sizes = sorted({p.frames for p in profiles})
+    longest = sizes[-1]
+
+    def bucket(f: int) -> int:
+        return next((s for s in sizes if s >= f), longest + 1)  # past every profile: one bucket
+
+    buckets: dict[int, list[int]] = {}
+    for i, f in enumerate(frames):
+        buckets.setdefault(bucket(f), []).append(i)
+    keys = sorted(buckets)
+    if len(keys) < 2:
+        return [list(range(len(frames)))]
+
+    def cost(rows: list[int]) -> float:
+        f = max(frames[i] for i in rows)
+        if f > longest:  # eager past every profile: priced as the longest, scaled
+            return len(rows) * f * (1.0 + f / 62_500) + overhead
+        return sum(p.cost + overhead for p, _, _ in plan_batches(list(profiles), len(rows), f))
+
+    best: tuple[float, int, list[list[int]]] | None = None
+    for mask in range(1 << (len(keys) - 1)):  # bit j set: a group boundary after bucket j
+        groups, current = [], []
+        for j, key in enumerate(keys):
+            current += buckets[key]
+            if j == len(keys) - 1 or mask >> j & 1:
+                groups.append(current)
+                current = []
+        candidate = (sum(cost(g) for g in groups), len(groups), groups)
+        if best is None or candidate[:2] < best[:2]:
+            best = candidate
+    assert best is not None
+    return best[2]
 
 
 class ParakeetEngine:
@@ -133,16 +183,58 @@ class ParakeetEngine:
                    decoder_graph_mode=decoder_graph_mode, **encoder_options)
 
     # ------------------------------------------------------------------ stages
-    def encode(self, audio: torch.Tensor, lengths: torch.Tensor) -> EncoderOutput:
-        """Padded audio ``[B, N]`` (16 kHz float) -> projected encoder frames and their lengths."""
+    def encode(self, audio: torch.Tensor, lengths: torch.Tensor, by_length: bool = False) -> EncoderOutput:
+        """Padded audio ``[B, N]`` (16 kHz float) -> projected encoder frames and their lengths.
+
+        ``by_length`` (host ``lengths``, an encoder with cost-ranked shape profiles): rows are grouped by
+        the shortest profile length that holds them and each group runs at its own width, when that is
+        cheaper than padding every row to the longest (:func:`length_groups`). Every row's valid frames
+        are the same function of its audio either way; only the padding differs.
+        """
         with self._lock, torch.inference_mode():
+            groups = self._length_groups(lengths) if by_length else None
             # non_blocking: asynchronous from a pinned buffer (the batcher's staging), a plain copy otherwise
             audio = audio.to(self.device, non_blocking=audio.is_pinned())
+            if groups is not None:
+                return self._encode_groups(audio, lengths, groups)
             lengths = lengths.to(self.device, non_blocking=lengths.is_pinned())
             if self.graphed_features:
                 return self.encoder.encode_audio(audio, lengths)
             feats, frames = self.features(audio, lengths)
             return self.encoder(feats, frames)
+
+    def _length_groups(self, lengths: torch.Tensor) -> list[list[int]] | None:
+        """Row groups for a length-grouped encode, or None where one call is as cheap (or grouping does
+        not apply: an encoder without cost-ranked shape profiles, lengths on the device)."""
+        profiles = getattr(self.encoder, "profiles", None)
+        if not profiles or not hasattr(profiles[0], "cost") or lengths.device.type != "cpu" or lengths.numel() < 2:
+            return None
+        hop = self.features.config.hop_length
+        groups = length_groups([n // hop + 1 for n in lengths.tolist()], profiles)
+        return groups if len(groups) > 1 else None
+
+    def _encode_groups(self, audio: torch.Tensor, lengths: torch.Tensor, groups: list[list[int]]) -> EncoderOutput:
+        """One encoder call per row group, each at its own width; the rows back in order in one output."""
+        host = lengths.tolist()
+        device_lengths = lengths.to(self.device)
+        parts = []
+        for rows in groups:
+            index = torch.tensor(rows, dtype=torch.long).to(self.device)
+            group_audio = audio.index_select(0, index)[:, : max(host[i] for i in rows)]
+            group_lengths = device_lengths.index_select(0, index)
+            if self.graphed_features:
+                part = self.encoder.encode_audio(group_audio, group_lengths)
+            else:
+                part = self.encoder(*self.features(group_audio, group_lengths))
+            parts.append((index, part))
+        first = parts[0][1].enc_proj
+        frames = max(part.enc_proj.shape[1] for _, part in parts)
+        enc = first.new_zeros(len(host), frames, first.shape[2])
+        enc_lengths = torch.empty(len(host), dtype=torch.long, device=self.device)
+        for index, part in parts:
+            enc[index, : part.enc_proj.shape[1]] = part.enc_proj
+            enc_lengths[index] = part.lengths.to(self.device)
+        return EncoderOutput(enc, enc_lengths)
 
     def encoded_lengths(self, sample_lengths: Sequence[int]) -> list[int]:
         """Encoder frames of clips of ``sample_lengths`` samples, computed on the host (no device sync).

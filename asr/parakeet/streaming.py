@@ -5,6 +5,12 @@ and decodes only the frames of the new chunks, continuing from the session's dec
 The window starts on an encoder-frame boundary, so window frame ``i`` is utterance frame
 ``window_start_frame + i`` exactly (16 kHz, hop 160, x8 subsampling: 1280 samples a frame).
 
+Partials come at a cadence (``StreamConfig.partial_interval_ms``), not every chunk: a session is
+due for a partial once its ready audio reaches ``next_partial_frame``; its window then decodes every
+frame that arrived since the last one. Each session's partial grid is shifted by a whole number of
+chunks derived from its id, so sessions that start together do not all come due on the same tick.
+A consumer can ask for one partial now (``partial_requested``), whatever the cadence.
+
 At the end of speech the session asks for a final decode. When the whole utterance fits in the
 left context (and ``final_pass`` is on) the final is a fresh decode of the whole utterance, which
 is exactly what offline decoding gives; otherwise the remaining frames are decoded from the
@@ -31,6 +37,8 @@ class StreamConfig:
     right_context_ms: int = 0
     samples_per_frame: int = 1280  # encoder frame: hop 160 x subsampling 8
     final_pass: bool = True
+    # A partial result every this many ms of audio (rounded up to whole chunks); 0: every chunk.
+    partial_interval_ms: int = 640
 
     def frames(self, ms: float) -> int:
         """Whole encoder frames in ``ms`` (rounded up, at least 0)."""
@@ -50,9 +58,23 @@ class StreamConfig:
         return self.frames(self.right_context_ms) * self.samples_per_frame
 
     @property
+    def partial_frames(self) -> int:
+        """Encoder frames between partials: ``partial_interval_ms`` in whole chunks (0: one chunk)."""
+        c = self.chunk_frames
+        return max(c, -(-self.frames(self.partial_interval_ms) // c) * c)
+
+    @property
     def window_samples(self) -> int:
         """Samples of a caught-up session's window: left context + one chunk + right context."""
         return (self.left_frames + self.chunk_frames) * self.samples_per_frame + self.right_samples
+
+    @property
+    def max_window_samples(self) -> int:
+        """Samples of a window at the partial cadence: left context + one partial interval + one chunk
+        of slack (the chunk that can arrive while a due session waits for its tick) + right context.
+        The encoder profiles are sized to this."""
+        frames = self.left_frames + self.partial_frames + self.chunk_frames
+        return frames * self.samples_per_frame + self.right_samples
 
 
 @dataclass
@@ -88,7 +110,10 @@ class StreamSession:
 
     config: StreamConfig
     id: int = field(default_factory=lambda: next(_ids))
-    audio: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    # live audio = _buf[_head : _head + total_samples - base_sample]; appends write past it, trims move
+    # _head, a full buffer is replaced: bytes a window view (``audio``) covers are never written again
+    _buf: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32), repr=False)
+    _head: int = 0
     base_sample: int = 0  # utterance sample of audio[0] (old audio is trimmed away)
     total_samples: int = 0
     decoded_frames: int = 0  # utterance frames already decoded
@@ -97,18 +122,61 @@ class StreamSession:
     frames: list[int] = field(default_factory=list)
     durations: list[int] = field(default_factory=list)
     in_flight: bool = False
+    next_partial_frame: int = 0  # a partial is due once ready_end_frame() reaches this
+    partial_requested: bool = False  # a consumer asked for a partial now (cleared when one is made)
+
+    def __post_init__(self) -> None:
+        self._arm_partials()
+
+    @property
+    def partial_offset(self) -> int:
+        """Frames this session's partial grid is shifted by: a whole number of chunks, from the id."""
+        c = self.config
+        slots = c.partial_frames // c.chunk_frames
+        return (self.id % slots) * c.chunk_frames if slots > 1 else 0
+
+    def _arm_partials(self) -> None:
+        """First partial after 1 .. partial_frames / chunk_frames chunks (staggered by id)."""
+        self.next_partial_frame = self.config.partial_frames - self.partial_offset
+        self.partial_requested = False
+
+    def _advance_partials(self) -> None:
+        """The next grid point past the decoded frames."""
+        p = self.config.partial_frames
+        first = p - self.partial_offset
+        done = self.decoded_frames
+        self.next_partial_frame = first if done < first else first + (done - first) // p * p + p
+
+    def partial_due(self) -> bool:
+        """Whether a partial is owed: new whole chunks, and the cadence (or a consumer) asks for one."""
+        end = self.ready_end_frame()
+        return end > self.decoded_frames and (end >= self.next_partial_frame or self.partial_requested)
+
+    @property
+    def audio(self) -> np.ndarray:
+        """The kept audio (a view; from utterance sample ``base_sample``)."""
+        return self._buf[self._head : self._head + self.total_samples - self.base_sample]
 
     def push(self, samples: np.ndarray) -> None:
+        """Append audio: amortized O(len(samples)), where a concatenation copied the whole kept window
+        (up to 10 s) on the event loop for every 20 ms frame."""
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
-        self.audio = np.concatenate([self.audio, samples])
-        self.total_samples += len(samples)
+        n, live = len(samples), self.total_samples - self.base_sample
+        end = self._head + live
+        if end + n > len(self._buf):  # a new buffer: views of the old one stay valid for the worker
+            grown = np.empty(max(3 * (live + n) // 2, 16000), dtype=np.float32)  # 1.5x: amortized O(n)
+            grown[:live] = self._buf[self._head : end]
+            self._buf, self._head, end = grown, 0, live
+        self._buf[end : end + n] = samples
+        self.total_samples += n
 
     def reset(self) -> None:
         """Start a new utterance (same session id)."""
-        self.audio = np.zeros(0, dtype=np.float32)
+        self._buf, self._head = np.zeros(0, dtype=np.float32), 0
         self.base_sample = self.total_samples = self.decoded_frames = 0
         self.carry = None
         self.tokens, self.frames, self.durations = [], [], []
+        self._arm_partials()
 
     def ready_end_frame(self) -> int:
         """The frame up to which whole chunks (with their right context) are available."""
@@ -139,7 +207,7 @@ class StreamSession:
         start_frame = max(0, min(self.decoded_frames, window_end_frame) - c.left_frames)
         start_frame = max(start_frame, -(-self.base_sample // spf))
         lo = start_frame * spf - self.base_sample
-        # a view: push() and _trim() replace self.audio, they never write into it
+        # a view: push() writes only past it (or into a new buffer), _trim() only moves the head
         audio = self.audio[lo : end_sample - self.base_sample]
         return WindowRequest(self, audio, start_frame, self.decoded_frames, end_frame, self.carry,
                              final=final, fresh=False)
@@ -155,6 +223,9 @@ class StreamSession:
             self.durations += seq.durations
         self.carry = carry
         self.decoded_frames = max(self.decoded_frames, end_frame)
+        if not request.final:
+            self.partial_requested = False
+            self._advance_partials()
         self._trim()
         return StreamResult(self.id, request.final, "", list(self.tokens), list(self.frames),
                             list(self.durations), self.total_samples / self.config.sample_rate)
@@ -167,5 +238,5 @@ class StreamSession:
             return  # keep everything: the final pass may re-decode the whole utterance
         keep_from = max(0, self.decoded_frames - c.left_frames) * spf
         if keep_from > self.base_sample:
-            self.audio = self.audio[keep_from - self.base_sample :]
+            self._head += keep_from - self.base_sample
             self.base_sample = keep_from

@@ -2,9 +2,16 @@
 
 Per utterance (VAD start to VAD stop) the service opens a stream session, feeds it the audio
 (plus a short pre-roll from before the VAD fired), pushes ``InterimTranscriptionFrame``s as
-chunks decode, and at VAD stop pushes one finalized ``TranscriptionFrame``. pipecat measures
-TTFB from the end of speech to that frame. Audio keeps flowing while a final is computed:
-finals and interims go out from one ordered background task.
+partials decode (every ``asr.partial_interval_ms`` of audio), and at VAD stop pushes one finalized
+``TranscriptionFrame``; pipecat measures TTFB from the end of speech to that frame. Audio keeps
+flowing while a final is computed: finals and interims go out from one ordered background task.
+
+Every interim frame's ``result`` is a :class:`ParakeetPartial`: the batcher's result plus how many
+partials in a row had this text. Once that reaches ``stable_partials`` the partial is *stable* and
+the frame is pushed even when its text repeats the previous interim (once per text): the hook for an
+eager end of turn or a speculative LLM request (start the reply on the stable text, cancel it if
+the final differs or the caller goes on). ``request_partial()`` asks the batcher for a partial in
+its next tick whatever the cadence (e.g. when a consumer sees the caller go quiet).
 
 ``create_parakeet_stt(asr_config)`` builds it on a process-wide engine and batcher, so every
 caller shares one batched model.
@@ -41,8 +48,17 @@ from pipecat.transcriptions.language import Language
 from pipecat.utils.time import time_now_iso8601
 from pipecat.utils.tracing.service_decorators import traced_stt
 
-from asr.parakeet.batcher import StreamBatcher
+from asr.parakeet.batcher import StreamBatcher, stream_encoder_profiles
 from asr.parakeet.streaming import StreamConfig, StreamResult, StreamSession
+
+
+@dataclass
+class ParakeetPartial:
+    """What an ``InterimTranscriptionFrame`` from this service carries as ``result``."""
+
+    result: StreamResult
+    repeats: int  # partials in a row (this one included) with this text
+    stable: bool  # repeats >= the service's stable_partials
 
 
 @dataclass
@@ -61,7 +77,8 @@ class ParakeetSTTService(STTService):
     """Streaming Parakeet-TDT transcription: interim results while the user speaks, a final at VAD stop."""
 
     def __init__(self, batcher: StreamBatcher, *, preroll_s: float = 0.4, language: str = "en",
-                 ttfs_p99_latency: float | None = 1.0, model_name: str = "parakeet-tdt", **kwargs: Any) -> None:
+                 ttfs_p99_latency: float | None = 1.0, model_name: str = "parakeet-tdt", stable_partials: int = 2,
+                 **kwargs: Any) -> None:
         kwargs.setdefault("settings", STTSettings(model=model_name, language=language))
         super().__init__(ttfs_p99_latency=ttfs_p99_latency, **kwargs)
         self._batcher = batcher
@@ -76,6 +93,9 @@ class ParakeetSTTService(STTService):
         self._events_task: asyncio.Task | None = None
         self._resampler = create_stream_resampler()
         self._last_interim = ""
+        self._repeats = 0  # partials in a row with the text of _last_interim
+        self._stable_sent = False  # a stable interim went out for _last_interim
+        self.stable_partials = max(1, int(stable_partials))
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -134,7 +154,7 @@ class ParakeetSTTService(STTService):
     def _begin_utterance(self) -> None:
         self._utterance += 1
         utterance = self._utterance
-        self._last_interim = ""
+        self._last_interim, self._repeats, self._stable_sent = "", 0, False
 
         def on_partial(result: StreamResult) -> None:
             self._events.put_nowait(_Interim(utterance, result))
@@ -143,6 +163,11 @@ class ParakeetSTTService(STTService):
         if len(self._preroll):
             self._batcher.feed(self._session, self._preroll)
         self._preroll = np.zeros(0, dtype=np.float32)
+
+    def request_partial(self) -> None:
+        """Ask for a partial of the current utterance in the batcher's next tick (no-op between utterances)."""
+        if self._session is not None:
+            self._batcher.request_partial(self._session)
 
     async def _end_utterance(self) -> None:
         if self._session is None:
@@ -164,10 +189,19 @@ class ParakeetSTTService(STTService):
 
     async def _push_interim(self, event: _Interim) -> None:
         text = event.result.text
-        if event.utterance <= self._finalized or not text or text == self._last_interim:
+        if event.utterance <= self._finalized or not text:
             return
-        self._last_interim = text
-        await self.push_frame(InterimTranscriptionFrame(text, self._user_id, time_now_iso8601(), self._lang()))
+        if text == self._last_interim:
+            self._repeats += 1
+            if self._stable_sent or self._repeats < self.stable_partials:
+                return  # nothing new for a consumer
+        else:
+            self._last_interim, self._repeats, self._stable_sent = text, 1, False
+        stable = self._repeats >= self.stable_partials
+        self._stable_sent = stable
+        partial = ParakeetPartial(event.result, self._repeats, stable)
+        await self.push_frame(InterimTranscriptionFrame(text, self._user_id, time_now_iso8601(), self._lang(),
+                                                        result=partial))
 
     async def _push_final(self, event: _Final) -> None:
         try:
@@ -223,15 +257,25 @@ def stream_max_batch(asr_config: Any) -> int:
     return configured or (256 if str(asr_config.device).startswith("cuda") else 32)
 
 
+def stream_config(asr_config: Any) -> StreamConfig:
+    """The stream settings of ``asr_config`` (``partial_interval_ms`` absent: the StreamConfig default)."""
+    interval = getattr(asr_config, "partial_interval_ms", None)
+    if interval is None:
+        interval = StreamConfig.partial_interval_ms
+    if int(interval) < 0:
+        raise ValueError(f"asr.partial_interval_ms must be >= 0, got {interval}")
+    return StreamConfig(chunk_ms=int(asr_config.chunk_ms), left_context_s=float(asr_config.left_context_s),
+                        right_context_ms=int(asr_config.right_context_ms), partial_interval_ms=int(interval))
+
+
 def stream_profiles(asr_config: Any, stream: StreamConfig, max_batch: int) -> str:
     """The encoder profiles for streaming: the configured ones, or for ``cuda_graphs`` on CUDA a set
-    fitted to the stream windows and the batch (one graph per batch step), or "" (backend defaults)."""
+    fitted to the stream windows at the partial cadence and the batch (full and half windows, one graph
+    per batch step: ``asr.parakeet.batcher.stream_encoder_profiles``), or "" (backend defaults)."""
     configured = str(getattr(asr_config, "profiles", "") or "")
     if configured or asr_config.encoder_backend != "cuda_graphs" or not str(asr_config.device).startswith("cuda"):
         return configured
-    from asr.parakeet.gpu.profiles import streaming_profiles
-
-    return streaming_profiles(stream.window_samples, max_batch)
+    return stream_encoder_profiles(stream, max_batch)
 
 
 def shared_parakeet_batcher(asr_config: Any, max_batch: int | None = None) -> StreamBatcher:
@@ -240,8 +284,7 @@ def shared_parakeet_batcher(asr_config: Any, max_batch: int | None = None) -> St
     from asr.parakeet.engine import ParakeetEngine, check_decoder_graph_mode
 
     model = resolve_parakeet_model(asr_config)
-    stream = StreamConfig(chunk_ms=int(asr_config.chunk_ms), left_context_s=float(asr_config.left_context_s),
-                          right_context_ms=int(asr_config.right_context_ms))
+    stream = stream_config(asr_config)
     graph_mode = check_decoder_graph_mode(getattr(asr_config, "decoder_graph_mode", "auto") or "auto")
     max_batch = max_batch or stream_max_batch(asr_config)
     profiles = stream_profiles(asr_config, stream, max_batch)
@@ -255,6 +298,8 @@ def shared_parakeet_batcher(asr_config: Any, max_batch: int | None = None) -> St
             engine = ParakeetEngine.from_pretrained(model, device=asr_config.device, dtype=asr_config.dtype,
                                                     encoder_backend=asr_config.encoder_backend,
                                                     decoder_graph_mode=graph_mode, **options)
+            if getattr(engine, "graph_decoder", None) is not None:  # one capture at the largest tick (as the bench)
+                engine.graph_decoder.ensure(max_batch, max(64, engine.encoded_lengths([stream.max_window_samples])[0]))
             engine.warmup()
             _SHARED[key] = StreamBatcher(engine, stream, max_batch=max_batch)
         return _SHARED[key]

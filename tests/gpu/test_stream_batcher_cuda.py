@@ -1,5 +1,7 @@
 """The real streaming path on CUDA: ``ParakeetEngine``'s decoder graph modes against the CPU plain loop, and
-``StreamBatcher`` with its device ``CarryBank`` (20 concurrent sessions, no mixing, rows reused after close).
+``StreamBatcher`` with its device ``CarryBank`` (20 concurrent sessions, no mixing, rows reused after close),
+a partial every chunk and at the agent's defaults (10 s left context, a partial every 640 ms, staggered,
+finals first; profiles derived as the agent derives them, windows grouped by length).
 
 CUDA only; the CPU versions are tests/parakeet/test_streaming.py and test_decoder_graph_mode.py. Needs
 torch and transformers; no pipecat, sentencepiece, conftest or pytest plugin (async tests run under
@@ -21,10 +23,11 @@ import torch
 
 pytest.importorskip("transformers")
 
-from asr.parakeet.batcher import BankedCarry, StreamBatcher  # noqa: E402
+from asr.parakeet.batcher import BankedCarry, StreamBatcher, stream_encoder_profiles  # noqa: E402
 from asr.parakeet.decoder import DecodedSeq  # noqa: E402
 from asr.parakeet.encoders import EncoderOutput  # noqa: E402
-from asr.parakeet.engine import ParakeetEngine, pad_batch  # noqa: E402
+from asr.parakeet.engine import ParakeetEngine, length_groups, pad_batch  # noqa: E402
+from asr.parakeet.gpu.profiles import parse_profiles  # noqa: E402
 from asr.parakeet.streaming import StreamConfig, StreamResult, StreamSession  # noqa: E402
 from asr.parakeet.tiny import synthetic_speech  # noqa: E402
 from bench.stream_engine import checkpoint, tiny_model  # noqa: E402
@@ -33,6 +36,15 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 FRAME = 320  # 20 ms of 16 kHz audio, what a transport delivers
 CHUNK = 2 * 1280  # 160 ms: two encoder frames
+EVERY_CHUNK = StreamConfig(chunk_ms=160, left_context_s=10.0, partial_interval_ms=0)
+
+
+def partial_ends(session: StreamSession, samples: int) -> list[int]:
+    """Frames a caught-up session's partials end at: its staggered grid, up to the last whole chunk."""
+    config = session.config
+    first = config.partial_frames - session.partial_offset
+    ready = samples // config.samples_per_frame // config.chunk_frames * config.chunk_frames
+    return list(range(first, ready + 1, config.partial_frames))
 
 
 @pytest.fixture(scope="module")
@@ -122,13 +134,18 @@ async def stream(batcher: StreamBatcher, clip: np.ndarray, jitter: random.Random
     return session, final, partials
 
 
-def incremental_reference(batcher: StreamBatcher, clip: np.ndarray) -> tuple[list[list[int]], StreamResult]:
-    """One session alone, chunk by chunk through ``process``: partial token lists and the final."""
+def incremental_reference(batcher: StreamBatcher, clip: np.ndarray, session_id: int | None = None
+                          ) -> tuple[list[list[int]], StreamResult]:
+    """One session alone, chunk by chunk through ``process``, a window whenever a partial is due (with
+    ``session_id``: on that session's staggered grid): partial token lists and the final."""
     session = batcher.open()
+    if session_id is not None:
+        batcher.close(session)
+        session = StreamSession(batcher.config, id=session_id)
     partials: list[list[int]] = []
     for lo in range(0, len(clip), CHUNK):
         session.push(clip[lo : lo + CHUNK])
-        request = session.next_request()
+        request = session.next_request() if session.partial_due() else None
         if request is not None:
             (seq, carry, end), = batcher.process([request])
             partials.append(session.apply(request, seq, carry, end).tokens)
@@ -140,10 +157,12 @@ def incremental_reference(batcher: StreamBatcher, clip: np.ndarray) -> tuple[lis
     return partials, final
 
 
-async def twenty_sessions_final_pass(engine: ParakeetEngine) -> None:
+async def twenty_sessions_final_pass(engine: ParakeetEngine, config: StreamConfig = EVERY_CHUNK,
+                                     long_clips: int = 0) -> None:
     assert StreamBatcher(engine).use_carry_bank  # the default on CUDA
-    batcher = StreamBatcher(engine, StreamConfig(chunk_ms=160, left_context_s=10.0), max_batch=32)
-    clips = [synthetic_speech(1.0 + 0.08 * i, seed=100 + i) for i in range(20)]
+    batcher = StreamBatcher(engine, config, max_batch=32)
+    clips = [synthetic_speech(1.0 + 0.08 * i, seed=100 + i) for i in range(20 - long_clips)]
+    clips += [synthetic_speech(6.0 + 0.7 * i, seed=150 + i) for i in range(long_clips)]  # still within 10 s
     offline = [engine.transcribe_tokens([clip])[0] for clip in clips]
     rng = random.Random(0)
     outcomes = await asyncio.gather(*[stream(batcher, clip, random.Random(rng.random())) for clip in clips])
@@ -152,9 +171,12 @@ async def twenty_sessions_final_pass(engine: ParakeetEngine) -> None:
         assert final.final and final.session_id == session.id
         assert final.tokens == offline[i].tokens and final.frames == offline[i].frames, f"session {i}"
         assert partials and all(p.session_id == session.id and not p.final for p in partials), f"session {i}"
-        assert len(partials) == len(clips[i]) // CHUNK
+        assert [round(p.audio_s * 16000) // CHUNK * 2 for p in partials] == partial_ends(session, len(clips[i]))
     assert len({tuple(f.tokens) for _, f, _ in outcomes}) == len(clips)  # distinct: a mix-up would show
-    assert batcher.stats.windows > 1.5 * batcher.stats.ticks  # sessions really shared ticks
+    if config.partial_interval_ms == 0:
+        assert batcher.stats.windows > 1.5 * batcher.stats.ticks  # sessions really shared ticks
+    else:  # a window every 4 chunks per session: fewer per tick, but the staggered starts coincide
+        assert batcher.stats.max_windows >= 3
 
     # every session holds its own bank row; closing gives every row back
     rows = {session.id: batcher._slots[session.id] for session, _, _ in outcomes}
@@ -175,15 +197,18 @@ async def twenty_sessions_final_pass(engine: ParakeetEngine) -> None:
     await batcher.aclose()
 
 
-async def twenty_sessions_incremental(engine: ParakeetEngine) -> None:
+async def twenty_sessions_incremental(engine: ParakeetEngine, partial_interval_ms: int = 0) -> None:
     # left context 0.4 s: the utterances outgrow it, so partials and finals continue from the banked carries
-    config = StreamConfig(chunk_ms=160, left_context_s=0.4)
-    clips = [synthetic_speech(0.8 + 0.06 * i, seed=200 + i) for i in range(20)]
+    config = StreamConfig(chunk_ms=160, left_context_s=0.4, partial_interval_ms=partial_interval_ms)
+    seconds = 0.8 if partial_interval_ms == 0 else 2.0  # at a cadence: several partials per utterance
+    clips = [synthetic_speech(seconds + 0.06 * i, seed=200 + i) for i in range(20)]
     plain = StreamBatcher(engine, config, carry_bank=False)
-    reference = [incremental_reference(plain, clip) for clip in clips]
     batcher = StreamBatcher(engine, config, max_batch=8)  # the bank starts at 8 rows and must grow
     rng = random.Random(1)
     outcomes = await asyncio.gather(*[stream(batcher, clip, random.Random(rng.random())) for clip in clips])
+    # the same windows for one session alone, per-session carries (on the streamed session's grid)
+    reference = [incremental_reference(plain, clip, session.id) for clip, (session, _, _) in zip(
+        clips, outcomes, strict=True)]
     assert batcher._bank is not None and batcher._bank.streams >= len(clips)
     for i, ((session, final, partials), (want_partials, want_final)) in enumerate(
             zip(outcomes, reference, strict=True)):
@@ -191,7 +216,10 @@ async def twenty_sessions_incremental(engine: ParakeetEngine) -> None:
         assert [p.tokens for p in partials] == want_partials, f"session {i}"
         assert all(p.session_id == session.id for p in partials)
     assert len({tuple(f.tokens) for _, f, _ in outcomes}) == len(clips)
-    assert batcher.stats.windows > 1.5 * batcher.stats.ticks
+    if partial_interval_ms == 0:
+        assert batcher.stats.windows > 1.5 * batcher.stats.ticks
+    else:
+        assert batcher.stats.max_windows >= 3
     # mid-utterance the sessions' carries are bank markers for their own rows
     session = batcher.open()
     session.push(clips[0][:CHUNK])
@@ -235,3 +263,36 @@ def test_features_in_the_encoder_graph_match_the_eager_engine_over_stale_buffers
 def test_twenty_sessions_on_the_graphed_features_engine(model: torch.nn.Module) -> None:
     asyncio.run(twenty_sessions_final_pass(graphed_engine(model)))
     asyncio.run(twenty_sessions_incremental(graphed_engine(model)))
+
+
+# ---------------------------------------------------------------------------- (d) the agent's defaults
+def agents_engine(model: torch.nn.Module, max_batch: int = 32) -> ParakeetEngine:
+    """fp32 ``cuda_graphs`` engine with the profiles the agent derives for StreamConfig() (full and half
+    windows at the partial cadence), not compiled (fast to build)."""
+    profiles = stream_encoder_profiles(StreamConfig(), max_batch)
+    engine = ParakeetEngine(checkpoint(copy.deepcopy(model)), device="cuda", encoder_backend="cuda_graphs",
+                            profiles=profiles, compile=False)
+    assert engine.graphed_features
+    return engine
+
+
+def test_twenty_sessions_at_the_agents_defaults_finals_equal_offline(model: torch.nn.Module) -> None:
+    engine = agents_engine(model)
+    asyncio.run(twenty_sessions_final_pass(engine, StreamConfig(), long_clips=4))  # 4 clips past half a window
+    asyncio.run(twenty_sessions_incremental(engine, partial_interval_ms=640))
+
+
+def test_windows_grouped_by_length_on_the_graphs_match_one_padded_call(model: torch.nn.Module) -> None:
+    eager, engine = make_engine(model, "cuda"), agents_engine(model, max_batch=64)
+    clips = [synthetic_speech(8.0, seed=600), synthetic_speech(9.5, seed=601)]
+    clips += [synthetic_speech(0.5 + 0.07 * i, seed=602 + i) for i in range(60)]  # 60 short: worth a 2nd replay
+    audio, lengths = pad_batch(clips)
+    groups = engine._length_groups(lengths)
+    assert groups == length_groups([n // 160 + 1 for n in lengths.tolist()], parse_profiles(
+        stream_encoder_profiles(StreamConfig(), 64)))
+    assert groups is not None and [sorted(g) for g in groups][-1] == [0, 1]  # two long windows on their own
+    got, want = engine.encode(audio, lengths, by_length=True), eager.encode(audio, lengths)
+    assert got.lengths.tolist() == want.lengths.tolist()
+    for i, n in enumerate(want.lengths.tolist()):
+        torch.testing.assert_close(got.enc_proj[i, :n], want.enc_proj[i, :n], atol=1e-3, rtol=1e-3)
+    assert_same(engine.decode(got)[0], eager.decode(want)[0])

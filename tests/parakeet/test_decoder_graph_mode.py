@@ -170,8 +170,9 @@ async def _stream(batcher: StreamBatcher, clip: np.ndarray, jitter: random.Rando
 
 
 async def test_bank_path_matches_the_plain_path_across_concurrent_sessions(engine) -> None:
-    # left context 0.4 s: utterances outgrow it, so finals continue from the banked carries
-    config = StreamConfig(chunk_ms=160, left_context_s=0.4)
+    # left context 0.4 s: utterances outgrow it, so finals continue from the banked carries; a partial
+    # every chunk, so the windows do not depend on the session ids (the cadence's stagger does)
+    config = StreamConfig(chunk_ms=160, left_context_s=0.4, partial_interval_ms=0)
     clips = [synthetic_speech(0.8 + 0.1 * i, seed=200 + i) for i in range(10)]
     outcomes = {}
     for use_bank in (False, True):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from pipecat.frames.frames import (
@@ -57,6 +60,7 @@ async def test_interims_then_one_final_with_ttfb(batcher):
     assert all(f.finalized for f in finals)
     interims = [f for f in down if isinstance(f, InterimTranscriptionFrame)]
     assert interims, "no interim results while speaking"
+    assert all(f.result.result.text == f.text and not f.result.result.final for f in interims)
     first_final = down.index(finals[0])
     assert any(isinstance(f, InterimTranscriptionFrame) for f in down[:first_final])
     ttfb = [d.value for f in down if isinstance(f, MetricsFrame) for d in f.data
@@ -89,3 +93,35 @@ def test_factory_shares_one_batcher(tiny_dir):
     a, b = create_parakeet_stt(config), create_parakeet_stt(config)
     assert isinstance(a, ParakeetSTTService) and a._batcher is b._batcher
     assert a._batcher.config.chunk_frames == 2 and a._batcher.config.left_frames == 125
+
+
+async def test_interims_carry_the_partial_and_mark_it_stable_once_unchanged(batcher):
+    """The stability hook: a partial whose text held for ``stable_partials`` partials goes out again,
+    marked stable (once per text); a repeat before that, or after, is not pushed."""
+    from asr.parakeet.stt_service import ParakeetPartial, _Interim
+
+    clip = synthetic_speech(2.0, seed=23)
+    results: list = []
+    session = batcher.open(on_partial=results.append)
+    batcher.feed(session, clip)
+    while batcher.pending(session):
+        await asyncio.sleep(0.001)
+    batcher.close(session)
+    assert results and results[-1].text
+    service = ParakeetSTTService(batcher, preroll_s=0.0, stable_partials=3)
+    pushed: list = []
+
+    async def capture(frame, direction=None):  # what the service would hand to the next processor
+        pushed.append(frame)
+
+    service.push_frame = capture
+    service._utterance = 1
+    same, other = results[-1], replace(results[-1], text=results[-1].text + " more")
+    for result in (same, same, same, same, other, other, same):
+        await service._push_interim(_Interim(1, result))
+    assert all(isinstance(f, InterimTranscriptionFrame) and isinstance(f.result, ParakeetPartial) for f in pushed)
+    assert [(f.text, f.result.repeats, f.result.stable) for f in pushed] == [
+        (same.text, 1, False), (same.text, 3, True), (other.text, 1, False), (same.text, 1, False)]
+    assert pushed[1].result.result is same
+    await service._push_interim(_Interim(0, same))  # an utterance already final: dropped
+    assert len(pushed) == 4
