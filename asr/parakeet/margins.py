@@ -211,6 +211,7 @@ class Verdict:
     confident: int  # rows without a single near tie (they must be identical)
     confident_identical: int
     agreement: float
+    checked: float  # fraction of reference tokens before each row's first difference (all, if none)
     parting: list[tuple[int, float, float]]  # (row, parting margin, the rounding there)
 
     @property
@@ -220,7 +221,8 @@ class Verdict:
     def as_dict(self) -> dict[str, object]:
         return {"rows": self.rows, "identical": self.identical, "confident": self.confident,
                 "confident_identical": self.confident_identical, "unexplained": self.unexplained,
-                "token_agreement": round(self.agreement, 5), "parting": self.parting}
+                "token_agreement": round(self.agreement, 5), "checked_fraction": round(self.checked, 5),
+                "parting": self.parting}
 
 
 def judge(
@@ -238,7 +240,7 @@ def judge(
     that parts from the reference must have a near tie in the stretch where it parted; a row with
     no near tie at all must be identical.
     """
-    identical = confident = confident_identical = 0
+    identical = confident = confident_identical = checked = 0
     unexplained: list[int] = []
     parting: list[tuple[int, float, float]] = []
     for i, (ref, steps, shifts, other) in enumerate(zip(references, decisions, forced, got, strict=True)):
@@ -246,6 +248,7 @@ def judge(
         j = first_difference(ref, other)
         same = j is None
         identical += same
+        checked += len(ref.tokens) if same else j
         if not any(tie):
             confident += 1
             confident_identical += same
@@ -261,4 +264,6 @@ def judge(
             d, f, _ = min(window, key=lambda x: x[0].margin)
             parting.append((i, round(d.margin, 4), round(abs(d.margin - f), 4)))
     agreement = token_agreement([g.tokens for g in got], [r.tokens for r in references])
-    return Verdict(len(references), identical, unexplained, confident, confident_identical, agreement, parting)
+    total = sum(len(r.tokens) for r in references)
+    return Verdict(len(references), identical, unexplained, confident, confident_identical, agreement,
+                   checked / total if total else 1.0, parting)

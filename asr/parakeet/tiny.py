@@ -328,7 +328,7 @@ DURATION_SHARES = (0.15, 0.35, 0.25, 0.15, 0.10)  # how often each jump follows 
 
 @torch.no_grad()
 def sharpen_decisions(model: torch.nn.Module, seed: int = 0, target_margin: float = 6.0,
-                      calibration_s: float = 8.0, clips: int = 4) -> dict[str, float]:
+                      calibration_s: float = 8.0, clips: int = 8, attention_scale: float = 0.3) -> dict[str, float]:
     """Rewire a ``ParakeetForTDT``'s predictor and joint (in place, any size) so that greedy decisions
     have margins like a trained model's: several logits, far above bf16 rounding.
 
@@ -345,8 +345,9 @@ def sharpen_decisions(model: torch.nn.Module, seed: int = 0, target_margin: floa
       label (history-free), read by the duration rows;
     * blank or token: the encoder, projected onto the direction that separates voiced from silent
       frames of :func:`block_speech` (calibrated on ``clips`` such clips): blank on silence, a
-      token on voice. This one stays continuous (a random encoder separates the two poorly), so
-      it is where the remaining near ties are.
+      token on voice (self-attention's output is scaled by ``attention_scale`` so that frames keep
+      their own voicing). This one stays continuous (a random encoder separates the two only
+      roughly), so it is where the remaining near ties are.
 
     Everything still runs through the real architecture (features, encoder, LSTM recurrence,
     joint, TDT durations), so a numerics bug anywhere changes tokens or frames. Returns the scales.
@@ -407,7 +408,14 @@ def sharpen_decisions(model: torch.nn.Module, seed: int = 0, target_margin: floa
     dec.decoder_projector.weight.copy_(wp)
     dec.decoder_projector.bias.zero_()
 
-    # 2. the encoder's voicing direction, from clean voiced / silent frames of block speech
+    # 2. a more local encoder: random attention mixes every frame into every other (a trained one
+    #    attends mostly nearby), which buries each frame's own voicing; its output is scaled down
+    for layer in model.encoder.layers:
+        layer.self_attn.o_proj.weight.mul_(attention_scale)
+        if layer.self_attn.o_proj.bias is not None:
+            layer.self_attn.o_proj.bias.mul_(attention_scale)
+
+    # 3. the encoder's voicing direction, from clean voiced / silent frames of block speech
     audio = [block_speech(calibration_s, seed=seed * 1000 + 900 + i) for i in range(clips)]
     hidden, frames = _encoder_hidden(model, [a for a, _ in audio])
     on, off = [], []
@@ -428,7 +436,7 @@ def sharpen_decisions(model: torch.nn.Module, seed: int = 0, target_margin: floa
     proj.weight[0], proj.bias[0] = w, -w.dot(mid)
     proj.weight[1], proj.bias[1] = -w, w.dot(mid)
 
-    # 3. the predictor's output after each label (from the start state), centred and normalised
+    # 4. the predictor's output after each label (from the start state), centred and normalised
     ids = torch.arange(labels, device=dev)
     _, sos = lstm(dec.embedding(torch.full((1, 1), blank, device=dev)))
     state = tuple(s.expand(-1, labels, -1).contiguous() for s in sos)
@@ -438,7 +446,7 @@ def sharpen_decisions(model: torch.nn.Module, seed: int = 0, target_margin: floa
     centre = pattern.mean(0)
     u = _unit(pattern - centre)
 
-    # 4. token rows: after label k the next token of one walk through the vocabulary wins
+    # 5. token rows: after label k the next token of one walk through the vocabulary wins
     first = 2 if labels > 8 else 0  # never emit <unk> / <pad>
     walk = (torch.randperm(labels - 1 - first, generator=gen) + first).tolist()
     following = {blank: walk[0], **{a: b for a, b in zip(walk, walk[1:] + walk[:1], strict=True)}}
@@ -460,14 +468,14 @@ def sharpen_decisions(model: torch.nn.Module, seed: int = 0, target_margin: floa
     unused[live] = False
     bias[:labels][unused] = -4 * target_margin
 
-    # 5. durations: the code unit of each jump; a small bias picks jump 1 after the start symbol
+    # 6. durations: the code unit of each jump; a small bias picks jump 1 after the start symbol
     code_on = float(pred[live][:, jump].max(dim=1).values.median())
     s_dur = 1.25 * target_margin / code_on
     for j in range(n_dur):
         weight[labels + j, jump[j]] = s_dur
     bias[labels + min(1, n_dur - 1)] = 0.25 * target_margin
 
-    # 6. blank: beats the median label's best token by 2 x target_margin on the silent mean, loses by
+    # 7. blank: beats the median label's best token by 2 x target_margin on the silent mean, loses by
     #    as much on the voiced mean (a steeper slope would only amplify the encoder's rounding)
     s_blank = 2 * target_margin
     weight[blank, acoustic] = torch.tensor([-s_blank, s_blank], device=dev)
