@@ -383,7 +383,8 @@ def sharpen_decisions(model: torch.nn.Module, seed: int = 0, target_margin: floa
         w_ih = randn(4 * P, fan_in) * 0.2 / math.sqrt(fan_in)
         w_ih[2 * P : 3 * P] *= gain / 0.2
         w_hh = randn(4 * P, P) * 0.3 / math.sqrt(P)  # history: a nudge on the cell input
-        bias = torch.cat([torch.full((P,), 6.0), torch.full((P,), -6.0), randn(P) * 0.3, torch.full((P,), 6.0)])
+        bias = torch.cat([torch.full((P,), 6.0, device=dev), torch.full((P,), -6.0, device=dev), randn(P).float() * 0.3,
+                          torch.full((P,), 6.0, device=dev)])
         rows = 2 * P + code
         w_ih[rows] = 0.0
         w_hh[rows] = 0.0
@@ -395,7 +396,7 @@ def sharpen_decisions(model: torch.nn.Module, seed: int = 0, target_margin: floa
                 w_ih[2 * P + code[j * group : (j + 1) * group], j * group : (j + 1) * group] = 4.0
         getattr(lstm, f"weight_ih_l{layer}").copy_(w_ih)
         getattr(lstm, f"weight_hh_l{layer}").copy_(w_hh)
-        getattr(lstm, f"bias_ih_l{layer}").copy_(bias.to(dev))
+        getattr(lstm, f"bias_ih_l{layer}").copy_(bias)
         getattr(lstm, f"bias_hh_l{layer}").zero_()
 
     # joint hidden units: [0, 2) voicing (from the encoder), [2, 2 + n_dur) the jump code, the rest tokens

@@ -28,7 +28,8 @@ import torch
 SLACK = 0.5  # logits: the fused predictor's rounding, which teacher forcing (torch LSTM) does not see
 CASES: dict[str, dict[str, Any]] = {
     # 16 clips of 4-12 s through the tiny architecture
-    "tiny": {"clips": 16, "seconds": (4.0, 12.0), "profiles": "ref=16x1216", "floor": 0.97, "checked": 0.6},
+    # (a CPU dry run with the eager bf16 encoder in place of the graphed one: agreement 0.986, checked 0.60)
+    "tiny": {"clips": 16, "seconds": (4.0, 12.0), "profiles": "ref=16x1216", "floor": 0.95, "checked": 0.45},
     # the headline shape: 128 clips of 30 s through the v3-sized architecture (627 M parameters)
     # (floors not yet calibrated on the H200: 24 bf16 layers round more than 2, so rows part earlier)
     "v3": {"clips": 128, "seconds": (30.0, 30.0), "profiles": "segment=128x3008", "floor": 0.9, "checked": 0.3},
@@ -119,7 +120,8 @@ def check(case: str = "tiny") -> dict[str, Any]:
         "reference_margins": margin_stats(decisions, model.config.blank_token_id),
         "bf16_margin_shift": {"p50": float(np.percentile(shifts, 50)), "p99": float(np.percentile(shifts, 99)),
                               "max": float(max(shifts))},
-        "floor": spec["floor"], "checked_floor": spec["checked"], "slack": SLACK, "reference_build_s": round(built_s, 1), "warm_up_s": round(warm_s, 1),
+        "floor": spec["floor"], "checked_floor": spec["checked"], "slack": SLACK,
+        "reference_build_s": round(built_s, 1), "warm_up_s": round(warm_s, 1),
         **verdict.as_dict(),
     }
 
