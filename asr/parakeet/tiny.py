@@ -328,7 +328,8 @@ DURATION_SHARES = (0.15, 0.35, 0.25, 0.15, 0.10)  # how often each jump follows 
 
 @torch.no_grad()
 def sharpen_decisions(model: torch.nn.Module, seed: int = 0, target_margin: float = 6.0,
-                      calibration_s: float = 8.0, clips: int = 8, attention_scale: float = 0.3) -> dict[str, float]:
+                      calibration_s: float = 8.0, clips: int = 8, attention_scale: float = 0.3,
+                      branch_scale: float = 0.3) -> dict[str, float]:
     """Rewire a ``ParakeetForTDT``'s predictor and joint (in place, any size) so that greedy decisions
     have margins like a trained model's: several logits, far above bf16 rounding.
 
@@ -345,8 +346,8 @@ def sharpen_decisions(model: torch.nn.Module, seed: int = 0, target_margin: floa
       label (history-free), read by the duration rows;
     * blank or token: the encoder, projected onto the direction that separates voiced from silent
       frames of :func:`block_speech` (calibrated on ``clips`` such clips): blank on silence, a
-      token on voice (self-attention's output is scaled by ``attention_scale`` so that frames keep
-      their own voicing). This one stays continuous (a random encoder separates the two only
+      token on voice (self-attention's output is scaled by ``attention_scale``, the other branches'
+      by ``branch_scale``, so that frames keep their own voicing). This one stays continuous (a random encoder separates the two only
       roughly), so it is where the remaining near ties are.
 
     Everything still runs through the real architecture (features, encoder, LSTM recurrence,
@@ -409,12 +410,15 @@ def sharpen_decisions(model: torch.nn.Module, seed: int = 0, target_margin: floa
     dec.decoder_projector.weight.copy_(wp)
     dec.decoder_projector.bias.zero_()
 
-    # 2. a more local encoder: random attention mixes every frame into every other (a trained one
-    #    attends mostly nearby), which buries each frame's own voicing; its output is scaled down
+    # 2. a more local encoder: random attention mixes every frame into every other and random 9-tap
+    #    convolutions smear each frame over its neighbours (a trained encoder keeps frames apart),
+    #    which buries each frame's own voicing; the blocks' branches are scaled down (residuals kept)
     for layer in model.encoder.layers:
-        layer.self_attn.o_proj.weight.mul_(attention_scale)
-        if layer.self_attn.o_proj.bias is not None:
-            layer.self_attn.o_proj.bias.mul_(attention_scale)
+        for out, scale in ((layer.self_attn.o_proj, attention_scale), (layer.conv.pointwise_conv2, branch_scale),
+                           (layer.feed_forward1.linear2, branch_scale), (layer.feed_forward2.linear2, branch_scale)):
+            out.weight.mul_(scale)
+            if out.bias is not None:
+                out.bias.mul_(scale)
 
     # 3. the encoder's voicing direction, from clean voiced / silent frames of block speech
     audio = [block_speech(calibration_s, seed=seed * 1000 + 900 + i) for i in range(clips)]

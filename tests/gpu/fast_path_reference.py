@@ -28,8 +28,9 @@ import torch
 SLACK = 0.5  # logits: the fused predictor's rounding, which teacher forcing (torch LSTM) does not see
 CASES: dict[str, dict[str, Any]] = {
     # 16 clips of 4-12 s through the tiny architecture
-    # (a CPU dry run with the eager bf16 encoder in place of the graphed one: agreement 0.986, checked 0.60)
-    "tiny": {"clips": 16, "seconds": (4.0, 12.0), "profiles": "ref=16x1216", "floor": 0.95, "checked": 0.45},
+    # (a CPU dry run, the eager bf16 FastConformer in place of the graphed one: 9/16 rows identical,
+    # agreement 0.983, checked 0.72, no unexplained parting)
+    "tiny": {"clips": 16, "seconds": (4.0, 12.0), "profiles": "ref=16x1216", "floor": 0.95, "checked": 0.5},
     # the headline shape: 128 clips of 30 s through the v3-sized architecture (627 M parameters)
     # (floors not yet calibrated on the H200: 24 bf16 layers round more than 2, so rows part earlier)
     "v3": {"clips": 128, "seconds": (30.0, 30.0), "profiles": "segment=128x3008", "floor": 0.9, "checked": 0.3},
