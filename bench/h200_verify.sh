@@ -36,7 +36,7 @@ step pytest_gpu 280 "$PY" -m pytest -q -rs --durations=8 -p no:cacheprovider tes
 [ -f "$OUT/pytest_gpu.log" ] && tail -n 14 "$OUT/pytest_gpu.log"
 # bf16 compiled + graphed + fused + two-stream vs the fp32 plain loop (tiny and v3-sized), and the fused
 # steps replayed from the torch steps' own state (why they part at batch 128); -s prints the JSON verdicts
-step reference 300 "$PY" -m pytest -q -s -rs --durations=6 -p no:cacheprovider $REFERENCE_TESTS
+step reference 480 "$PY" -m pytest -q -s -rs -m gpu --durations=6 -p no:cacheprovider $REFERENCE_TESTS
 [ -f "$OUT/reference.log" ] && grep -E '\{"|passed|failed|Error' "$OUT/reference.log" | cut -c1-600
 step streaming 250 "$PY" bench/streaming_batcher.py --device cuda --callers "$CALLERS" --stop-ms 200 --out "$OUT"
 [ -f "$OUT/streaming.log" ] && grep -A 14 "^callers |" "$OUT/streaming.log"

@@ -52,7 +52,7 @@ def reference_model(case: str) -> torch.nn.Module:
     from asr.parakeet.tiny import build_reference_model, sharpen_decisions
 
     if case == "tiny":
-        return build_reference_model(seed=0)[0].to("cuda")
+        return build_reference_model(seed=0).to("cuda")
     from bench.common import make_model
 
     model = make_model(device="cuda", dtype=torch.float32, seed=0)
