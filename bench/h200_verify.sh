@@ -2,8 +2,9 @@
 # One H200 call that re-measures issue 7 at one commit: every tests/gpu test, the fast path against the
 # fp32 reference on a model with trained-like margins (step "reference"), the streaming sweep
 # through the real StreamBatcher (1 to 1024 callers), offline RTFx against transformers' generate
-# (30 s clips at batch 1 and 128) and the decoder modes (batch 1/16/128). at most 9.6 min; each step has its
-# own time limit so one slow step cannot eat the others, and every log lands in $OUT.
+# (30 s clips at batch 1 and 128) and the decoder modes (batch 1/16/128). Each step has its own time
+# limit so one slow step cannot eat the others (all steps together exceed one 10-minute device call:
+# run them as subsets, e.g. STEPS=reference), and every log lands in $OUT.
 #
 #   CADENCE_COMMIT=$(git rev-parse --short HEAD) OUT=/some/dir bash bench/h200_verify.sh
 #
