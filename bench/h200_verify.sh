@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One H200 call that re-measures issue 7 at one commit: every tests/gpu test, the streaming sweep
+# One H200 call that re-measures issue 7 at one commit: every tests/gpu test, the fast path against the
+# fp32 reference on a model with trained-like margins (step "reference"), the streaming sweep
 # through the real StreamBatcher (1 to 1024 callers), offline RTFx against transformers' generate
-# (30 s clips at batch 1 and 128) and the decoder modes (batch 1/16/128). at most 9.6 min; each step has its
-# own time limit so one slow step cannot eat the others, and every log lands in $OUT.
+# (30 s clips at batch 1 and 128) and the decoder modes (batch 1/16/128). Each step has its own time
+# limit so one slow step cannot eat the others (all steps together exceed one 10-minute device call:
+# run them as subsets, e.g. STEPS=reference), and every log lands in $OUT.
 #
 #   CADENCE_COMMIT=$(git rev-parse --short HEAD) OUT=/some/dir bash bench/h200_verify.sh
 #
@@ -15,7 +17,7 @@ mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/cadence-inductor}  # shared by the steps
 CALLERS=${CALLERS:-1,64,256,512,576,640,704,768,1024}
-STEPS=${STEPS:-pytest_gpu streaming offline decoder}  # a subset re-runs only those
+STEPS=${STEPS:-pytest_gpu reference streaming offline decoder}  # a subset re-runs only those
 status=0
 
 step() {  # step NAME SECONDS CMD...: run with a limit, log to $OUT/NAME.log, remember a failure
@@ -29,8 +31,14 @@ step() {  # step NAME SECONDS CMD...: run with a limit, log to $OUT/NAME.log, re
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-step pytest_gpu 280 "$PY" -m pytest -q -rs --durations=8 -p no:cacheprovider tests/gpu
+REFERENCE_TESTS="tests/gpu/test_fast_path_reference.py tests/gpu/test_fused_ties.py"
+step pytest_gpu 280 "$PY" -m pytest -q -rs --durations=8 -p no:cacheprovider tests/gpu \
+  --ignore=tests/gpu/test_fast_path_reference.py --ignore=tests/gpu/test_fused_ties.py
 [ -f "$OUT/pytest_gpu.log" ] && tail -n 14 "$OUT/pytest_gpu.log"
+# bf16 compiled + graphed + fused + two-stream vs the fp32 plain loop (tiny and v3-sized), and the fused
+# steps replayed from the torch steps' own state (why they part at batch 128); -s prints the JSON verdicts
+step reference 480 "$PY" -m pytest -q -s -rs -m gpu --durations=6 -p no:cacheprovider $REFERENCE_TESTS
+[ -f "$OUT/reference.log" ] && grep -E '\{"|passed|failed|Error' "$OUT/reference.log" | cut -c1-600
 step streaming 250 "$PY" bench/streaming_batcher.py --device cuda --callers "$CALLERS" --stop-ms 200 --out "$OUT"
 [ -f "$OUT/streaming.log" ] && grep -A 14 "^callers |" "$OUT/streaming.log"
 step offline 130 "$PY" bench/offline_rtfx.py --configs "30:1,128" --out "$OUT"

@@ -50,9 +50,28 @@ async def get_json(url: str) -> dict:
         return await r.json()
 
 
-async def barge_ins(caller: LoopbackCaller, count: int) -> list[float]:
-    """Ask, and speak over the answer 0.3 s into it: ms from the caller's speech onset to ``clear``."""
-    out = []
+def heard_until(caller: LoopbackCaller, start: float, stop: float) -> float | None:
+    """When the caller last heard bot speech that arrived in [start, stop): its playout buffer plays
+    each chunk after the ones before it, and a ``clear`` drops whatever was still to play."""
+    events = sorted([(at, p) for at, p in caller.inbound.media if start <= at < stop]
+                    + [(at, None) for at in caller.inbound.clears if start <= at < stop], key=lambda e: e[0])
+    play_end, voiced_end = start, None
+    for at, payload in events:
+        if payload is None:  # clear
+            play_end = at
+            if voiced_end is not None:
+                voiced_end = min(voiced_end, at)
+            continue
+        play_end = max(play_end, at) + len(payload) / 8000.0
+        if caller.voiced(payload):
+            voiced_end = play_end
+    return voiced_end
+
+
+async def barge_ins(caller: LoopbackCaller, count: int) -> tuple[list[float], list[float]]:
+    """Ask, and speak over the answer 0.3 s into it. Per barge-in: ms from the caller's speech onset to
+    ``clear`` on the wire, and to the end of the bot speech the caller hears (silence at the caller)."""
+    clear_ms, silence_ms = [], []
     for name in PROMPTS[:count]:
         asked = await caller.say(pcm8k(name))
         first = None
@@ -68,10 +87,13 @@ async def barge_ins(caller: LoopbackCaller, count: int) -> list[float]:
         onset = spoken.started(speech_onset_s(speech))
         clears = [t for t in caller.inbound.clears if t > first]
         if clears:
-            out.append((clears[0] - onset) * 1000.0)
+            clear_ms.append((clears[0] - onset) * 1000.0)
+        silent = heard_until(caller, first, spoken.last)  # the answer to the barge-in comes after
+        if silent is not None and silent > onset:
+            silence_ms.append((silent - onset) * 1000.0)
         await caller.wait_reply(spoken.last, timeout_s=20)
         await asyncio.sleep(0.5)
-    return out
+    return clear_ms, silence_ms
 
 
 async def call(url: str, names: list[str], warmup: str, barge_in_count: int = 0) -> dict:
@@ -90,13 +112,13 @@ async def call(url: str, names: list[str], warmup: str, barge_in_count: int = 0)
                          "reply_s": None if reply is None else reply[1] - reply[0]})
         await asyncio.sleep(0.5)
     record = await get_json(f"{url}/phone/calls/{caller.stream_sid}")
-    clears = await barge_ins(caller, barge_in_count)
+    clears, silences = await barge_ins(caller, barge_in_count)
     await caller.hang_up()
     turns = [t for t in record["turns"] if t["transcript"]][1:]  # drop the warm-up turn
     for row, turn in zip(rows, turns, strict=False):
         row.update(heard=turn["transcript"], reply=turn["reply"], wer=wer(prompt(row["prompt"]).text, turn["transcript"]),
                    server_stages_ms=turn["stages_ms"])
-    return {"rows": rows, "call": record, "barge_in_clear_ms": clears}
+    return {"rows": rows, "call": record, "barge_in_clear_ms": clears, "barge_in_silence_ms": silences}
 
 
 def trailing_silence_s(pcm: bytes) -> float:
@@ -140,6 +162,8 @@ async def main(args: argparse.Namespace) -> dict:
                                                if "eos_to_first_audio" in r.get("server_stages_ms", {})]),
         "barge_in_clear_ms": {**stats(result["barge_in_clear_ms"]),
                               "values": [round(v, 1) for v in result["barge_in_clear_ms"]]},
+        "barge_in_silence_ms": {**stats(result["barge_in_silence_ms"]),
+                                "values": [round(v, 1) for v in result["barge_in_silence_ms"]]},
         "output": {k: stats_out[k] for k in ("output_chunk_lateness_ms", "output_pacer_lateness_ms",
                                              "output_underrun_gap_ms", "underruns", "chunks_out")},
         "rows": rows,
@@ -156,9 +180,13 @@ def report(out: dict) -> None:
     for r in out["rows"]:
         ms = r["eos_to_first_audio_ms"]
         print(f"  {r['prompt']:28s} {'-' if ms is None else f'{ms:6.0f}'} ms  heard {r.get('heard', '')!r}")
-    b = out["barge_in_clear_ms"]
+    b, q = out["barge_in_clear_ms"], out["barge_in_silence_ms"]
+    if q["n"]:
+        print(f"barge-in: caller's speech onset -> silence at the caller: p50 {q['p50']:.0f} ms, "
+              f"max {q['max']:.0f} ms {q['values']}")
     if b["n"]:
-        print(f"barge-in: caller's speech onset -> clear: p50 {b['p50']:.0f} ms, max {b['max']:.0f} ms {b['values']}")
+        print(f"          caller's speech onset -> clear on the wire:   p50 {b['p50']:.0f} ms, "
+              f"max {b['max']:.0f} ms {b['values']}")
     o = out["output"]
     print(f"output chunk lateness {o['output_chunk_lateness_ms']}, pacer {o['output_pacer_lateness_ms']}, "
           f"underruns {o['underruns']} of {o['chunks_out']} chunks")

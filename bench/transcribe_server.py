@@ -13,6 +13,9 @@ GPU, Parakeet (H200):    python bench/transcribe_server.py --engine parakeet --d
 speech (``bench.emission``), for GPUs without a checkpoint. ``--parakeet-backend`` picks the
 profiled GPU encoder (``fast``, the default on CUDA; ``--profiles`` sets its shapes) or the
 general engine (``general``). ``bench/gpu_issue6.sh`` is the H200 run.
+The server runs with ``cadence transcribe-server``'s defaults: packing off (``--pack`` turns it on,
+as the server's flag does; it is off there because a packed short window can be dropped) and the
+default admission limits (``--max-inflight``, ``--max-audio-held-s`` raise them for big plans).
 ``--plan`` is ``clip_seconds:concurrency,...`` groups separated by ``;``; ``--price`` is the
 machine's price in USD per hour (defaults: $0.085 for a 2-vCPU cloud VM, $3.50 for one H200).
 """
@@ -86,7 +89,7 @@ def random_v3_engine(spec: Any) -> Any:
         print(f"fast backend: {len(transcriber.profiles)} profiles built in {time.perf_counter() - t0:.1f} s",
               flush=True)
         return fast
-    engine = ParakeetEngine(ckpt, device=spec.device, dtype=spec.dtype, encoder_backend=spec.encoder_backend, pack=True)
+    engine = ParakeetEngine(ckpt, device=spec.device, dtype=spec.dtype, encoder_backend=spec.encoder_backend)
     engine.warmup()
     return ParakeetWindowEngine(engine, "parakeet-random-v3", max_batch, PlanOptions())
 
@@ -98,10 +101,10 @@ def serve_main(args: argparse.Namespace) -> None:
     from asr.offline.server import ServerOptions, serve
 
     spec = EngineSpec(engine=args.engine, model=args.model, device=args.device, max_batch=args.max_batch,
-                      dtype=args.dtype, encoder_backend=args.encoder_backend, pack=True,
+                      dtype=args.dtype, encoder_backend=args.encoder_backend, pack=args.pack,
                       parakeet_backend=args.parakeet_backend, profiles=args.profiles)
     engine = random_v3_engine(spec) if args.model == "random-v3" else make_engine(spec)
-    options = ServerOptions(max_upload_mb=4096, max_audio_s=5 * 3600, max_inflight=1024)
+    options = ServerOptions(max_inflight=args.max_inflight, max_audio_held_s=args.max_audio_held_s)
     asyncio.run(serve(OfflineTranscriber(engine, args.max_batch or None), "127.0.0.1", 0, options,
                       lambda url: print(f"READY {url} {engine.name}", flush=True)))
 
@@ -143,7 +146,8 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str, 
     cmd = [sys.executable, str(Path(__file__).resolve()), "--serve", "--engine", args.engine, "--device",
            args.device, "--model", args.model, "--max-batch", str(args.max_batch), "--dtype", args.dtype,
            "--encoder-backend", args.encoder_backend, "--parakeet-backend", args.parakeet_backend,
-           "--profiles", args.profiles]
+           "--profiles", args.profiles, "--max-inflight", str(args.max_inflight),
+           "--max-audio-held-s", str(args.max_audio_held_s)] + (["--pack"] if args.pack else [])
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
@@ -221,6 +225,8 @@ def parse_plan(text: str) -> list[tuple[float, list[int]]]:
 
 
 def main() -> None:
+    from asr.offline.server import ServerOptions
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engine", default="whisper", choices=("whisper", "parakeet"))
     ap.add_argument("--device", default="cpu")
@@ -232,6 +238,13 @@ def main() -> None:
     ap.add_argument("--profiles", default="", help="parakeet fast: encoder profiles name=BATCHxFRAMES,... "
                                                    "(default: 10/20/30 s at the max batch)")
     ap.add_argument("--max-batch", type=int, default=0, help="windows per engine call (0: the engine's default)")
+    defaults = ServerOptions()
+    ap.add_argument("--pack", action="store_true", help="pack short windows of several requests into one input "
+                    "(off by default, as in cadence transcribe-server)")
+    ap.add_argument("--max-inflight", type=int, default=defaults.max_inflight,
+                    help="server: requests held at once (default: the server's, %(default)s)")
+    ap.add_argument("--max-audio-held-s", type=float, default=defaults.max_audio_held_s,
+                    help="server: decoded audio held at once (default: the server's, %(default)s)")
     ap.add_argument("--plan", default=DEFAULT_PLAN, help="clip_s:concurrency,...;... (default %(default)s)")
     ap.add_argument("--min-audio-s", type=float, default=240.0, help="audio per level at least (repeats rounds)")
     ap.add_argument("--max-rounds", type=int, default=4, help="rounds of C requests per level at most")
@@ -250,7 +263,8 @@ def main() -> None:
     print(f"server ready in {startup_s} s", flush=True)
     rows: list[dict[str, Any]] = []
     data: dict[str, Any] = {"engine": args.engine, "model": model, "device": args.device, "price_usd_per_hour": price,
-                            "plan": args.plan, "server_startup_s": startup_s, "results": rows}
+                            "plan": args.plan, "pack": args.pack, "max_inflight": args.max_inflight,
+                            "max_audio_held_s": args.max_audio_held_s, "server_startup_s": startup_s, "results": rows}
     if args.engine == "parakeet":
         data.update(parakeet_backend=args.parakeet_backend, profiles=args.profiles, dtype=args.dtype)
     from bench.offline_report import save

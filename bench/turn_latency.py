@@ -1,23 +1,33 @@
-"""End of speech -> first bot audio over many real recorded turns, on the embedded CPU default.
+"""Last voiced sample -> first bot audio, Cadence's embedded CPU default against stock pipecat, one run.
 
-Plays Asterisk prompts (real speech) one turn at a time through the full cascade (VAD, smart
-turn, Whisper, llama.cpp, Piper) in real time, as ``cadence talk`` does, and prints per-stage
-p50/max plus peak memory. Writes JSON under bench/results/.
+Both systems hear the same real recorded prompts (Asterisk, 8 kHz upsampled to 16 kHz), one turn per
+session (context cleared between turns), played in real time through the same file transport; they
+run alternately on the same machine (prompt k: stock then Cadence for even k, the other way round for
+odd k) with the same models: Whisper tiny.en int8, SmolLM2-135M on one llama.cpp server, Piper
+joe-medium. Stock is ``bench/stock_pipecat.py`` (PEER.md's assembly, nothing of Cadence's pipeline).
 
-    python bench/turn_latency.py --turns 12
+The clock starts at the caller's last voiced sample (10 ms frames above an energy threshold, found
+in the input, not the file's end) and stops at the first voiced chunk of bot audio the transport
+delivers; a turn with no bot audio within the wait is unanswered. Prompts: every installed Asterisk
+prompt with words (no word-count filter), or ``--turns N`` of them spread evenly over the set.
+
+    python bench/turn_latency.py                 # every prompt (long: ~10 s per prompt and system)
+    python bench/turn_latency.py --turns 24
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import os
 import platform
 import resource
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,14 +36,99 @@ sys.path.insert(0, str(ROOT))
 
 from agent.config import load_config  # noqa: E402
 from agent.llm_server import embedded_llama_server  # noqa: E402
-from agent.pipeline import Engines  # noqa: E402
-from agent.talk import talk  # noqa: E402
+from agent.pipeline import Engines, build_worker  # noqa: E402
+from agent.turn_observer import TurnObserver, TurnTiming  # noqa: E402
+from bench.stock_pipecat import stock_turn  # noqa: E402
 from tests.corpus import prompts, wer  # noqa: E402
 from transports.audio_io import load_audio  # noqa: E402
+from transports.file_transport import CallScript, FileTransport  # noqa: E402
+from transports.webrtc import transport_params  # noqa: E402
 
-PROMPTS = ["agent-pass", "auth-incorrect", "conf-getpin", "pbx-invalid", "vm-enter-num-to-call",
-           "privacy-unident", "conf-onlyperson", "queue-thankyou", "conf-getconfno", "all-circuits-busy-now",
-           "check-number-dial-again", "conf-invalidpin", "cannot-complete-as-dialed", "conf-locked"]
+RATE = 16000
+VOICED_DB = -35.0  # a 10 ms frame is voiced within 35 dB of the utterance's loudest frame
+VOICED_FLOOR = 3e-4  # ... and above this RMS (digital near-silence never counts)
+
+
+def last_voiced_s(audio: np.ndarray, rate: int = RATE) -> float:
+    """Seconds from the start to the end of the last voiced 10 ms frame (energy threshold)."""
+    hop = rate // 100
+    n = len(audio) // hop
+    if n == 0:
+        return 0.0
+    rms = np.sqrt(np.mean(audio[: n * hop].reshape(n, hop).astype(np.float64) ** 2, axis=1))
+    threshold = max(VOICED_FLOOR, float(rms.max()) * 10 ** (VOICED_DB / 20))
+    voiced = np.nonzero(rms > threshold)[0]
+    return float((voiced[-1] + 1) * hop / rate) if len(voiced) else 0.0
+
+
+def padded_s(audio: np.ndarray, rate: int = RATE) -> float:
+    """The utterance's length as the file transport sends it (whole 20 ms frames)."""
+    frame = rate // 50
+    return -(-len(audio) // frame) * frame / rate
+
+
+def first_voiced_after(chunks: list[tuple[float, bytes]], t: float, threshold: int = 200) -> float | None:
+    for at, pcm in chunks:
+        if at >= t and pcm and int(np.abs(np.frombuffer(pcm, dtype="<i2")).max()) > threshold:
+            return at
+    return None
+
+
+@dataclass
+class Turn:
+    system: str
+    heard: str
+    reply: str
+    speech_end: float | None  # the file's last sample left the microphone (monotonic s)
+    chunks: list[tuple[float, bytes]]
+    stages_ms: dict[str, float]
+
+
+async def cadence_turn(engines: Engines, utterance: np.ndarray, max_wait_s: float = 15.0,
+                       settle_s: float = 0.5) -> Turn:
+    """One turn through Cadence's own pipeline (``agent.pipeline.build_worker``), as ``cadence talk``."""
+    from pipecat.workers.runner import WorkerRunner
+
+    cfg = engines.config
+    script = CallScript([utterance], max_wait_s=max_wait_s)
+    transport = FileTransport(transport_params(cfg.audio.in_sample_rate, cfg.audio.out_sample_rate), script)
+    loop = asyncio.get_running_loop()
+    observer = TurnObserver(on_turn=lambda _t: loop.call_later(settle_s, script.turn_done.set))
+    worker = build_worker(engines, transport, observers=[observer])
+    runner = WorkerRunner(handle_sigint=False, check_dangling_tasks=False)
+    await runner.add_workers(worker)
+
+    async def stop_when_finished() -> None:
+        await script.finished.wait()
+        await asyncio.sleep(0.2)
+        await worker.cancel(reason="script finished")
+
+    stopper = asyncio.create_task(stop_when_finished())
+    try:
+        await runner.run()
+    finally:
+        stopper.cancel()
+    eos = script.speech_end_times[0] if script.speech_end_times else None
+    timing: TurnTiming | None = observer.turns[-1] if observer.turns else None
+    stages = timing.stages_ms(end_of_speech=eos) if timing and eos is not None else {}
+    return Turn("cadence", timing.transcript_text if timing else "", timing.reply_text.strip() if timing else "",
+                eos, list(transport.output().chunks), stages)
+
+
+async def run_stock(utterance: np.ndarray, server: Any, config: Any) -> Turn:
+    llm = config.llm
+    turn = await stock_turn(utterance, server.base_url, server.model_id, system_prompt=llm.system_prompt,
+                            max_tokens=llm.max_tokens, temperature=llm.temperature,
+                            in_rate=config.audio.in_sample_rate, out_rate=config.audio.out_sample_rate)
+    return Turn("stock", " ".join(t.strip() for t in turn.transcripts).strip(), turn.reply.strip(),
+                turn.speech_end, turn.chunks, {})
+
+
+def chosen_prompts(turns: int) -> list[Any]:
+    every = prompts()  # every installed prompt with words, in name order: no word-count filter
+    if turns <= 0 or turns >= len(every):
+        return every
+    return [every[int(i)] for i in np.linspace(0, len(every) - 1, turns).round()]
 
 
 def rss_mb(pid: int) -> float:
@@ -46,101 +141,90 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def summarize(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0}
+    return {"n": len(values), "p50": float(np.percentile(values, 50)), "p90": float(np.percentile(values, 90)),
+            "max": float(np.max(values))}
+
+
 async def main(args: argparse.Namespace) -> dict:
     config = load_config(args.config, args.set)
-    available = {p.name: p for p in prompts(min_words=3, max_words=30)}
-    chosen = [available[n] for n in PROMPTS if n in available][: args.turns]
-    audio = [load_audio(p.path, 16000) for p in chosen]
+    chosen = chosen_prompts(args.turns)
+    audio = [load_audio(p.path, RATE) for p in chosen]
+    warm = load_audio(next(p for p in prompts() if p.name == args.warmup).path, RATE)
     server = embedded_llama_server(config.llm.threads, config.llm.context_size)
     await server.astart()
+    rows = []
     try:
         engines = await asyncio.to_thread(Engines.load, config, server.base_url, server.model_id)
-        warm = await talk(engines, audio[:1])  # one warm-up turn, as the peer did
-        del warm
+        await cadence_turn(engines, warm)  # one warm-up turn each, as the peer did
+        await run_stock(warm, server, config)
         t0 = time.monotonic()
-        turns = []
-        for utterance in audio:  # one session per turn: context cleared between turns, as the peer did
-            turns += (await talk(engines, [utterance])).turns
+        for k, (prompt, utterance) in enumerate(zip(chosen, audio, strict=True)):
+            order = ["stock", "cadence"] if k % 2 == 0 else ["cadence", "stock"]
+            row: dict[str, Any] = {"prompt": prompt.name, "text": prompt.text,
+                                   "last_voiced_s": last_voiced_s(utterance), "sent_s": padded_s(utterance)}
+            for system in order:
+                turn = await (run_stock(utterance, server, config) if system == "stock"
+                              else cadence_turn(engines, utterance))
+                voiced_end = None if turn.speech_end is None else (
+                    turn.speech_end - (row["sent_s"] - row["last_voiced_s"]))
+                first = None if voiced_end is None else first_voiced_after(turn.chunks, voiced_end)
+                row[system] = {
+                    "heard": turn.heard, "reply": turn.reply, "wer": wer(prompt.text, turn.heard),
+                    "answered": first is not None,
+                    "last_voiced_to_first_audio_ms": None if first is None else (first - voiced_end) * 1000.0,
+                    "stages_ms": turn.stages_ms,
+                }
+            rows.append(row)
+            print(f"{prompt.name:32s} stock {_ms(row['stock'])}  cadence {_ms(row['cadence'])}", flush=True)
         wall = time.monotonic() - t0
         llm_peak = rss_mb(server.process.pid) if server.process else float("nan")
     finally:
         server.stop()
-    rows = []
-    for prompt, turn in zip(chosen, turns, strict=True):
-        rows.append(
-            {
-                "prompt": prompt.name,
-                "text": prompt.text,
-                "heard": turn.transcript,
-                "reply": turn.reply,
-                "wer": wer(prompt.text, turn.transcript),
-                "stages_ms": turn.stages_ms,
-                "answered": bool(turn.reply_audio),
-            }
-        )
-    stage_names = [
-        "eos_to_transcript",
-        "eos_to_llm_first_token",
-        "eos_to_first_audio",
-        "transcript_to_llm_first_token",
-        "llm_first_token_to_tts_first_audio",
-    ]
-    summary = {}
-    for name in stage_names:
-        values = [r["stages_ms"][name] for r in rows if name in r["stages_ms"]]
-        if values:
-            summary[name] = {
-                "p50": float(np.percentile(values, 50)),
-                "max": float(np.max(values)),
-                "n": len(values),
-            }
+    systems = {}
+    for system in ("stock", "cadence"):
+        latencies = [r[system]["last_voiced_to_first_audio_ms"] for r in rows if r[system]["answered"]]
+        systems[system] = {
+            "last_voiced_to_first_audio_ms": summarize(latencies),
+            "answered": sum(r[system]["answered"] for r in rows),
+            "mean_wer": float(np.mean([r[system]["wer"] for r in rows])) if rows else None,
+        }
     own_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out = {
-        "command": " ".join(sys.argv),
-        "machine": f"{platform.machine()} {platform.processor() or ''} cores={len(__import__('os').sched_getaffinity(0))}",
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip(),
-        "turns": len(rows),
-        "answered": sum(r["answered"] for r in rows),
-        "mean_wer": float(np.mean([r["wer"] for r in rows])) if rows else None,
-        "summary_ms": summary,
-        "peak_memory_mb": {"pipeline": own_peak, "llm_server": llm_peak, "total": own_peak + llm_peak},
-        "wall_s": wall,
-        "rows": rows,
+    return {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": f"{platform.machine()} cores={len(os.sched_getaffinity(0))}",
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                 text=True).stdout.strip(),
+        "turns": len(rows), "voiced_threshold": {"db_below_peak": VOICED_DB, "rms_floor": VOICED_FLOOR},
+        "systems": systems,
+        # both systems run in this one process: its peak is theirs together, plus the shared LLM server
+        "peak_memory_mb": {"both_pipelines": own_peak, "llm_server": llm_peak},
+        "wall_s": wall, "rows": rows,
     }
-    return out
+
+
+def _ms(result: dict) -> str:
+    ms = result["last_voiced_to_first_audio_ms"]
+    return f"{ms:7.0f} ms" if ms is not None else "   none   "
 
 
 def report(out: dict) -> None:
-    print(f"\n{out['turns']} turns, {out['answered']} answered, mean WER {out['mean_wer']:.3f}")
-    print(f"{'stage (ms)':40s} {'p50':>8s} {'max':>8s}")
-    for name, s in out["summary_ms"].items():
-        print(f"{name:40s} {s['p50']:8.0f} {s['max']:8.0f}")
-    peer = {
-        "eos_to_first_audio": (1070, 4200),
-        "eos_to_transcript": (510, 710),
-        "eos_to_llm_first_token": (765, 3200),
-    }
-    print("\nside by side with stock pipecat (PEER.md, same models, same machine size):")
-    for name, (p50, mx) in peer.items():
-        s = out["summary_ms"].get(name)
-        if s:
-            print(
-                f"  {name:28s} p50 {s['p50']:6.0f} vs {p50:5d} ms ({p50 / s['p50']:.2f}x)   "
-                f"max {s['max']:6.0f} vs {mx:5d} ms ({mx / s['max']:.2f}x)"
-            )
+    print(f"\n{out['turns']} turns each, alternating; last voiced sample -> first bot audio (ms)")
+    print(f"{'system':10s} {'p50':>7s} {'p90':>7s} {'max':>7s} {'answered':>9s} {'WER':>6s}")
+    for name, s in out["systems"].items():
+        lat = s["last_voiced_to_first_audio_ms"]
+        cells = [f"{lat[k]:7.0f}" if k in lat else f"{'-':>7s}" for k in ("p50", "p90", "max")]
+        print(f"{name:10s} {' '.join(cells)} {s['answered']:4d}/{out['turns']:<4d} {s['mean_wer']:6.3f}")
     m = out["peak_memory_mb"]
-    print(
-        f"peak memory: pipeline {m['pipeline']:.0f} MB + LLM server {m['llm_server']:.0f} MB = {m['total']:.0f} MB"
-    )
+    print(f"peak memory: both pipelines {m['both_pipelines']:.0f} MB (one process), LLM server {m['llm_server']:.0f} MB")
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--turns", type=int, default=12)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=0, help="prompts, spread over all of them (0: every prompt)")
+    parser.add_argument("--warmup", default="vm-goodbye", help="prompt for the discarded first turn of each system")
     parser.add_argument("--config")
     parser.add_argument("--set", action="append", default=[])
     parser.add_argument("--out", default=str(ROOT / "bench/results/turn_latency_cpu.json"))
@@ -149,6 +233,8 @@ if __name__ == "__main__":
 
     setup_logging("WARNING")
     result = asyncio.run(main(args))
+    import json
+
     Path(args.out).write_text(json.dumps(result, indent=2))
     report(result)
     print(f"\nwrote {args.out}")

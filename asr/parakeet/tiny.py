@@ -281,3 +281,242 @@ def make_tiny_nemo(
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# A reference model with decision margins like a trained model's (for numerics checks)
+
+FRAME_SAMPLES = 1280  # one encoder frame: 8 feature hops of 10 ms at 16 kHz
+
+
+def block_speech(seconds: float, seed: int, sample_rate: int = 16000) -> tuple[np.ndarray, np.ndarray]:
+    """Speech-like audio in 80 ms blocks, one encoder frame each: runs of 3-8 voiced blocks (a
+    pitched tone with harmonics and a formant, 5 ms ramps) between runs of 2-5 near-silent ones.
+    Returns the audio and the per-block voiced mask (what ``sharpen_decisions`` calibrates on)."""
+    rng = np.random.default_rng(seed)
+    blocks = int(seconds * sample_rate) // FRAME_SAMPLES
+    voiced = np.zeros(blocks, dtype=bool)
+    out = 0.003 * rng.standard_normal(blocks * FRAME_SAMPLES)
+    pos = int(rng.integers(1, 4))
+    while pos < blocks:
+        run = min(int(rng.integers(3, 9)), blocks - pos)
+        voiced[pos : pos + run] = True
+        n = run * FRAME_SAMPLES
+        t = np.arange(n) / sample_rate
+        f0, formant = rng.uniform(90, 240), rng.uniform(300, 3000)
+        tone = sum(np.sin(2 * np.pi * f0 * k * t) / k for k in range(1, 6)) + 0.5 * np.sin(2 * np.pi * formant * t)
+        ramp = np.minimum(1.0, np.minimum(np.arange(n), np.arange(n)[::-1]) / (0.005 * sample_rate))
+        out[pos * FRAME_SAMPLES : pos * FRAME_SAMPLES + n] += 0.1 * ramp * tone
+        pos += run + int(rng.integers(2, 6))
+    return out.astype(np.float32), voiced
+
+
+def _clean_frames(voiced: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Voiced and silent blocks whose neighbours are of the same kind (no boundary smear)."""
+    same = np.ones_like(voiced)
+    same[1:] &= voiced[1:] == voiced[:-1]
+    same[:-1] &= voiced[:-1] == voiced[1:]
+    return voiced & same, ~voiced & same
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+DURATION_SHARES = (0.15, 0.35, 0.25, 0.15, 0.10)  # how often each jump follows a label (durations 0..4)
+
+
+@torch.no_grad()
+def sharpen_decisions(model: torch.nn.Module, seed: int = 0, target_margin: float = 6.0,
+                      calibration_s: float = 8.0, clips: int = 8, attention_scale: float = 0.3,
+                      branch_scale: float = 0.3) -> dict[str, float]:
+    """Rewire a ``ParakeetForTDT``'s predictor and joint (in place, any size) so that greedy decisions
+    have margins like a trained model's: several logits, far above bf16 rounding.
+
+    A random model's top-1 and top-2 logits are order statistics of a random projection: their gap
+    is a few percent of the logits' spread, so bf16 rounding flips decisions in most utterances,
+    and scaling the joint scales gap and rounding alike. Here each decision rests on a quantity
+    that rounding barely moves:
+
+    * which token: both LSTM layers run saturated (input and output gates open, forget gate
+      shut, large cell inputs), so the predictor's output after a label is nearly a sign pattern
+      of (label, a little history); each pattern aligns with exactly one token row, the next
+      token of a fixed walk through the vocabulary;
+    * how far to jump: a few predictor units carry a sign code of the jump that follows each
+      label (history-free), read by the duration rows;
+    * blank or token: the encoder, projected onto the direction that separates voiced from silent
+      frames of :func:`block_speech` (calibrated on ``clips`` such clips): blank on silence, a
+      token on voice (self-attention's output is scaled by ``attention_scale``, the other branches'
+      by ``branch_scale``, so that frames keep their own voicing). This one stays continuous (a random encoder separates the two only
+      roughly), so it is where the remaining near ties are.
+
+    Everything still runs through the real architecture (features, encoder, LSTM recurrence,
+    joint, TDT durations), so a numerics bug anywhere changes tokens or frames. Returns the scales.
+    """
+    gen = torch.Generator().manual_seed(seed + 7919)
+    dev = next(model.parameters()).device
+    config = model.config
+    blank, labels = config.blank_token_id, config.vocab_size  # labels: tokens + blank
+    n_dur = len(config.durations)
+    dec, lstm, head = model.decoder, model.decoder.lstm, model.joint.head
+    P, H, E = lstm.hidden_size, head.in_features, dec.embedding.weight.shape[1]
+    group = 2  # LSTM units per duration class
+    if n_dur * group > P or 2 + n_dur >= H or n_dur > E:
+        raise ValueError("the predictor is too narrow for the duration code")
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(dev, head.weight.dtype)
+
+    # 0. which jump follows each label, as a +-3 code in the first n_dur embedding dimensions
+    shares = torch.tensor(DURATION_SHARES[:n_dur] if n_dur <= len(DURATION_SHARES) else [1.0] * n_dur)
+    follow = torch.multinomial(shares / shares.sum(), labels, replacement=True, generator=gen).to(dev)
+    emb = randn(labels, E)
+    emb[:, :n_dur] = -3.0
+    emb[torch.arange(labels, device=dev), follow] = 3.0
+    emb[blank] = 0.0  # NeMo: blank is the padding index (the start symbol)
+    dec.embedding.weight.copy_(emb)
+
+    # 1. a saturated LSTM; units [0, n_dur * group) carry the jump code without history
+    code = torch.arange(n_dur * group, device=dev)
+    for layer in range(lstm.num_layers):
+        fan_in = getattr(lstm, f"weight_ih_l{layer}").shape[1]
+        gain = 4.0 if layer == 0 else 6.0  # layer 0 reads N(0, 1) embeddings, later ones +-0.76 patterns
+        w_ih = randn(4 * P, fan_in) * 0.2 / math.sqrt(fan_in)
+        w_ih[2 * P : 3 * P] *= gain / 0.2
+        w_hh = randn(4 * P, P) * 0.3 / math.sqrt(P)  # history: a nudge on the cell input
+        bias = torch.cat([torch.full((P,), 6.0, device=dev), torch.full((P,), -6.0, device=dev), randn(P).float() * 0.3,
+                          torch.full((P,), 6.0, device=dev)])
+        rows = 2 * P + code
+        w_ih[rows] = 0.0
+        w_hh[rows] = 0.0
+        bias[rows] = 0.0  # zero input (the start symbol): exactly zero output, no jump preferred
+        source = code // group if layer == 0 else code  # the code dimension, or the layer below's unit
+        w_ih[rows, source] = 3.0 if layer == 0 else 0.0
+        if layer > 0:
+            for j in range(n_dur):
+                w_ih[2 * P + code[j * group : (j + 1) * group], j * group : (j + 1) * group] = 4.0
+        getattr(lstm, f"weight_ih_l{layer}").copy_(w_ih)
+        getattr(lstm, f"weight_hh_l{layer}").copy_(w_hh)
+        getattr(lstm, f"bias_ih_l{layer}").copy_(bias)
+        getattr(lstm, f"bias_hh_l{layer}").zero_()
+
+    # joint hidden units: [0, 2) voicing (from the encoder), [2, 2 + n_dur) the jump code, the rest tokens
+    acoustic, jump = [0, 1], list(range(2, 2 + n_dur))
+    rest = slice(2 + n_dur, H)
+    wp = randn(H, P) / math.sqrt(P)
+    wp[: 2 + n_dur] = 0.0
+    for j in range(n_dur):
+        wp[jump[j], j * group : (j + 1) * group] = 1.0
+    dec.decoder_projector.weight.copy_(wp)
+    dec.decoder_projector.bias.zero_()
+
+    # 2. a more local encoder: random attention mixes every frame into every other and random 9-tap
+    #    convolutions smear each frame over its neighbours (a trained encoder keeps frames apart),
+    #    which buries each frame's own voicing; the blocks' branches are scaled down (residuals kept)
+    for layer in model.encoder.layers:
+        for out, scale in ((layer.self_attn.o_proj, attention_scale), (layer.conv.pointwise_conv2, branch_scale),
+                           (layer.feed_forward1.linear2, branch_scale), (layer.feed_forward2.linear2, branch_scale)):
+            out.weight.mul_(scale)
+            if out.bias is not None:
+                out.bias.mul_(scale)
+
+    # 3. the encoder's voicing direction, from clean voiced / silent frames of block speech
+    audio = [block_speech(calibration_s, seed=seed * 1000 + 900 + i) for i in range(clips)]
+    hidden, frames = _encoder_hidden(model, [a for a, _ in audio])
+    on, off = [], []
+    for i, (_, voiced) in enumerate(audio):
+        n = min(int(frames[i]), len(voiced))
+        v, s = _clean_frames(voiced[:n])
+        on.append(hidden[i, :n][torch.from_numpy(v).to(dev)])
+        off.append(hidden[i, :n][torch.from_numpy(s).to(dev)])
+    mu_on, mu_off = torch.cat(on).float().mean(0), torch.cat(off).float().mean(0)
+    gap = mu_on - mu_off
+    w = 2 * gap / gap.dot(gap)  # q(x) = w . (x - mid): -1 at the silent mean, +1 at the voiced mean
+    mid = (mu_on + mu_off) / 2
+    proj = model.encoder_projector
+    faint = randn(*proj.weight.shape) * 0.05 / math.sqrt(proj.weight.shape[1])  # the encoder's faint rest
+    faint[: 2 + n_dur] = 0.0
+    proj.weight.copy_(faint)
+    proj.bias.zero_()
+    proj.weight[0], proj.bias[0] = w, -w.dot(mid)
+    proj.weight[1], proj.bias[1] = -w, w.dot(mid)
+
+    # 4. the predictor's output after each label (from the start state), centred and normalised
+    ids = torch.arange(labels, device=dev)
+    _, sos = lstm(dec.embedding(torch.full((1, 1), blank, device=dev)))
+    state = tuple(s.expand(-1, labels, -1).contiguous() for s in sos)
+    out, _ = lstm(dec.embedding(ids).unsqueeze(1), state)
+    pred = torch.relu(dec.decoder_projector(out[:, 0])).float()
+    pattern = pred[:, rest]
+    centre = pattern.mean(0)
+    u = _unit(pattern - centre)
+
+    # 5. token rows: after label k the next token of one walk through the vocabulary wins
+    first = 2 if labels > 8 else 0  # never emit <unk> / <pad>
+    walk = (torch.randperm(labels - 1 - first, generator=gen) + first).tolist()
+    following = {blank: walk[0], **{a: b for a, b in zip(walk, walk[1:] + walk[:1], strict=True)}}
+    token_rows = torch.zeros(labels, pattern.shape[1], device=dev)
+    after = torch.tensor(list(following), device=dev)
+    token_rows.index_add_(0, torch.tensor(list(following.values()), device=dev), u[after])
+    token_rows = _unit(token_rows)
+    scores = (pattern - centre) @ token_rows.t()  # [label k, token]: token logits after k (unit scale)
+    scores[:, blank] = -1e4
+    top2 = scores.topk(2, dim=1).values
+    live = torch.tensor([blank, *walk], device=dev)
+    s_tok = target_margin / float((top2[live, 0] - top2[live, 1]).median())
+    weight = torch.zeros_like(head.weight, dtype=torch.float32)
+    bias = torch.zeros_like(head.bias, dtype=torch.float32)
+    weight[:labels, rest] = token_rows * s_tok
+    best_token = top2[live, 0] * s_tok
+    bias[:labels] = -(token_rows @ centre) * s_tok + target_margin - float(best_token.median())
+    unused = torch.ones(labels, dtype=torch.bool, device=dev)
+    unused[live] = False
+    bias[:labels][unused] = -4 * target_margin
+
+    # 6. durations: the code unit of each jump; a small bias picks jump 1 after the start symbol
+    code_on = float(pred[live][:, jump].max(dim=1).values.median())
+    s_dur = 1.25 * target_margin / code_on
+    for j in range(n_dur):
+        weight[labels + j, jump[j]] = s_dur
+    bias[labels + min(1, n_dur - 1)] = 0.25 * target_margin
+
+    # 7. blank: beats the median label's best token by 2 x target_margin on the silent mean, loses by
+    #    as much on the voiced mean (a steeper slope would only amplify the encoder's rounding)
+    s_blank = 2 * target_margin
+    weight[blank, acoustic] = torch.tensor([-s_blank, s_blank], device=dev)
+    bias[blank] = target_margin
+    head.weight.copy_(weight)
+    head.bias.copy_(bias)
+    return {"token_scale": s_tok, "duration_scale": s_dur, "blank_scale": s_blank,
+            "voicing_gap_norm": float(gap.norm()), "hidden_norm": float(mid.norm())}
+
+
+def _encoder_hidden(model: torch.nn.Module, clips: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Encoder output (before the joint's projection) and frame counts, fp32 reference path."""
+    from asr.parakeet.features import LogMelFeatures
+
+    dev = next(model.parameters()).device
+    lengths = torch.tensor([len(c) for c in clips])
+    audio = torch.zeros(len(clips), int(lengths.max()))
+    for i, clip in enumerate(clips):
+        audio[i, : len(clip)] = torch.from_numpy(clip)
+    feats, frames = LogMelFeatures()(audio, lengths)
+    mask = torch.arange(feats.shape[1]).unsqueeze(0) < frames.unsqueeze(1)
+    dtype = next(model.parameters()).dtype
+    with torch.inference_mode():
+        out = model.get_audio_features(input_features=feats.to(dev, dtype), attention_mask=mask.to(dev))
+    return out.last_hidden_state.clone(), out.attention_mask.sum(-1).cpu()
+
+
+def build_reference_model(seed: int = 0, vocab_size: int = 256, layers: int = 2, hidden: int = 64,
+                          target_margin: float = 6.0) -> torch.nn.Module:
+    """The tiny architecture (fp32, CPU) with :func:`sharpen_decisions` applied: the reference model
+    for checking fast paths (bf16, compiled, graphed, fused) against the plain loop. No tokenizer
+    (token ids are what is compared), so it builds without sentencepiece, e.g. on a GPU image."""
+    from transformers import ParakeetForTDT
+
+    torch.manual_seed(seed)
+    model = ParakeetForTDT(tiny_config(vocab_size, layers, hidden, hidden)).eval().requires_grad_(False)
+    _randomize(model, seed)
+    sharpen_decisions(model, seed=seed, target_margin=target_margin)
+    return model

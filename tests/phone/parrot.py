@@ -35,11 +35,14 @@ from transports.phone.transport import PhoneTransport
 
 
 class ParrotBot(FrameProcessor):
-    """Answers every caller turn with ``reply`` (16 kHz PCM, streamed in 100 ms TTS frames)."""
+    """Answers every caller turn with ``reply`` (16 kHz PCM, streamed in 100 ms TTS frames).
 
-    def __init__(self, reply: bytes, rate: int = 16000):
+    ``stall``: (after_s, for_s): once ``after_s`` of the reply is out, the TTS stalls ``for_s`` seconds
+    (slower than real time for a moment, so the far end runs dry: an underrun)."""
+
+    def __init__(self, reply: bytes, rate: int = 16000, stall: tuple[float, float] | None = None):
         super().__init__()
-        self._reply, self._rate = reply, rate
+        self._reply, self._rate, self._stall = reply, rate, stall
         self._task: asyncio.Task | None = None
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
@@ -55,18 +58,22 @@ class ParrotBot(FrameProcessor):
     async def _speak(self) -> None:
         step = self._rate // 10 * 2
         await self.push_frame(TTSStartedFrame())
+        stalled = self._stall is None
         for i in range(0, len(self._reply), step):
             await self.push_frame(TTSAudioRawFrame(self._reply[i:i + step], self._rate, 1))
             await asyncio.sleep(0.02)  # a TTS faster than real time, as the real ones are
+            if not stalled and (i + step) / 2 / self._rate >= self._stall[0]:
+                stalled = True
+                await asyncio.sleep(self._stall[1])
         await self.push_frame(TTSStoppedFrame())
 
 
-def parrot_runner(reply: bytes):
+def parrot_runner(reply: bytes, stall: tuple[float, float] | None = None):
     async def run_call(transport: PhoneTransport, _sid: str, observers: Sequence[Any]) -> None:
         pipeline = Pipeline([
             transport.input(),
             VADProcessor(vad_analyzer=SileroVADAnalyzer(params=VADParams(stop_secs=0.3))),
-            ParrotBot(reply),
+            ParrotBot(reply, stall=stall),
             transport.output(),
         ])
         worker = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=16000),
@@ -85,9 +92,10 @@ def parrot_runner(reply: bytes):
 
 @asynccontextmanager
 async def parrot_server(reply: bytes, *, gate: Any = None, options: PhoneOptions | None = None,
-                        barge_in: bool = True) -> AsyncIterator[tuple[str, PhoneEndpoint]]:
+                        barge_in: bool = True, stall: tuple[float, float] | None = None,
+                        ) -> AsyncIterator[tuple[str, PhoneEndpoint]]:
     """Serve the parrot bot on loopback; yields (ws url, endpoint)."""
-    endpoint = PhoneEndpoint(parrot_runner(reply), gate=gate, options=options,
+    endpoint = PhoneEndpoint(parrot_runner(reply, stall), gate=gate, options=options,
                              barge_in_factory=(lambda: BargeInDetector()) if barge_in else None)
     app = web.Application()
     endpoint.add_routes(app)

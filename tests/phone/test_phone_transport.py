@@ -72,6 +72,44 @@ async def test_reply_is_paced_in_real_time_with_marks():
         assert stats["output_pacer_lateness_ms"]["p50"] < 5.0
 
 
+def playout_gaps(arrivals: list[float], chunk_s: float = 0.02) -> list[tuple[int, float]]:
+    """(chunk index, seconds of silence before it) wherever the caller's playout buffer ran dry."""
+    gaps, play_end = [], None
+    for i, at in enumerate(arrivals):
+        if play_end is not None and at > play_end:
+            gaps.append((i, at - play_end))
+        play_end = (at if play_end is None else max(play_end, at)) + chunk_s
+    return gaps
+
+
+async def test_a_tts_stall_mid_reply_is_an_underrun_where_the_caller_hears_it_then_pacing_resumes():
+    """A behaviour, not a timing: the TTS stalls 300 ms once 0.2 s of the reply is out, so the far end
+    must run dry early in the reply; the transport must count that underrun (the gap it reports is the
+    one the caller's playout buffer had), send nothing twice or early, and go on in real time."""
+    async with parrot_server(to_16k(pcm8k(REPLY)), stall=(0.2, 0.3)) as (url, endpoint):
+        caller = await LoopbackCaller(url).connect()
+        eos = (await caller.say(pcm8k("auth-thankyou"))).last
+        assert await caller.wait_reply(eos, timeout_s=10) is not None, "no reply"
+        await asyncio.sleep(0.3)
+        media = [(at, p) for at, p in caller.inbound.media if at >= eos]
+        arrivals = [at for at, _ in media]
+        await caller.hang_up()
+        assert await settled(endpoint)
+        stats = endpoint.recent[-1].stats.as_dict()
+    assert len(media) * 0.02 == pytest.approx(2.64, abs=0.1)  # all of it, once
+    heard = playout_gaps(arrivals)
+    big = [(i, gap) for i, gap in heard if gap >= 0.05]
+    assert big, f"the caller never ran dry: {heard}"
+    index, gap = max(big, key=lambda x: x[1])
+    assert 1 <= index <= 15, f"the gap came at chunk {index}, not early in the reply where the TTS stalled"
+    assert 0.05 <= gap <= 0.35, gap  # 0.3 s stall less the audio buffered ahead of it
+    assert stats["underruns"] >= 1
+    assert max(stats["output_underrun_gap_ms"]["max"], 0) / 1000.0 == pytest.approx(gap, abs=0.05)
+    after = np.array(arrivals[index:]) - arrivals[index]
+    duration = (len(arrivals) - index) * 0.02
+    assert duration - LEAD_S - 0.05 <= after[-1] + 0.02 <= duration + 0.3  # real time again, not a burst
+
+
 async def test_barge_in_clears_within_200_ms_and_the_caller_hears_no_more():
     async with parrot_server(to_16k(pcm8k(REPLY))) as (url, endpoint):
         caller = await LoopbackCaller(url).connect()
