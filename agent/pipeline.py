@@ -8,7 +8,7 @@ context are per caller, because they hold state).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,13 +62,20 @@ class Engines:
         return self._llm_http[1]
 
     @classmethod
-    def load(cls, config: Config, llm_base_url: str, llm_model: str) -> Engines:
-        tts_engine = create_engine(config.tts)
-        engines = cls(config, llm_base_url, llm_model, tts_engine)
-        engines.warm_asr()
-        engines.warm_tts()
+    def load(cls, config: Config, llm_base_url: str, llm_model: str,
+             measure: Callable[[str, Callable[[], Any]], Any] | None = None) -> Engines:
+        """Load and warm every engine; ``measure(stage, fn)`` (GPU memory peaks) wraps each stage's part."""
+        measure = measure or (lambda _stage, fn: fn())
+        engines = measure("tts", lambda: cls._with_tts(config, llm_base_url, llm_model))
+        measure("asr", engines.warm_asr)
         engines.warm_llm()
-        logger.info(f"engines ready: asr={config.asr.engine} tts={tts_engine.name} llm={llm_base_url}")
+        logger.info(f"engines ready: asr={config.asr.engine} tts={engines.tts_engine.name} llm={llm_base_url}")
+        return engines
+
+    @classmethod
+    def _with_tts(cls, config: Config, llm_base_url: str, llm_model: str) -> Engines:
+        engines = cls(config, llm_base_url, llm_model, create_engine(config.tts))
+        engines.warm_tts()
         return engines
 
     def warm_asr(self) -> None:
