@@ -20,6 +20,7 @@ use this file without pipecat.
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import time
@@ -261,7 +262,7 @@ def transformers_cache_fraction(share_bytes: int, weights_bytes: int, free_bytes
     free_then = free_bytes - weights_bytes - overhead_bytes
     if free_then <= 0:
         raise GPUPlanError(f"llm: only {_gib(free_bytes)} is free, less than its weights and context")
-    return max(0.001, min(1.0, room / free_then))
+    return max(0.001, min(1.0, math.floor(room / free_then * 1e4) / 1e4))  # floored: printed with 4 decimals
 
 
 def managed_llm_server(plan: MemoryPlan | None, config: Config, device: DeviceMemory | None = None,
