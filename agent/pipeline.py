@@ -15,7 +15,6 @@ from typing import Any
 import httpx
 from loguru import logger
 from pipecat.audio.turn.smart_turn.base_smart_turn import SmartTurnParams
-from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
 from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADParams
 from pipecat.observers.base_observer import BaseObserver
@@ -35,6 +34,7 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 from agent.barge_in import FastBargeIn
 from agent.config import Config
 from agent.llm_stage import CadenceLLMService
+from agent.shared_models import SharedSileroVADAnalyzer, SharedSmartTurnAnalyzerV3
 from tts.engines import TTSEngine, create_engine
 from tts.service import CadenceTTSService
 
@@ -127,8 +127,9 @@ class Engines:
 
 
 def make_vad(config: Config) -> SileroVADAnalyzer:
+    """Silero VAD on the process's shared ONNX session (a caller's connect costs no model load)."""
     v = config.vad
-    return SileroVADAnalyzer(
+    return SharedSileroVADAnalyzer(
         params=VADParams(confidence=v.confidence, start_secs=v.start_secs, stop_secs=v.stop_secs,
                          min_volume=v.min_volume)
     )
@@ -143,7 +144,7 @@ def make_turn_strategies(config: Config) -> UserTurnStrategies:
     if config.vad.turn == "silence":
         stop = [SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=config.vad.turn_fallback_secs)]
     else:
-        analyzer = LocalSmartTurnAnalyzerV3(params=SmartTurnParams(stop_secs=config.vad.turn_fallback_secs))
+        analyzer = SharedSmartTurnAnalyzerV3(params=SmartTurnParams(stop_secs=config.vad.turn_fallback_secs))
         stop = [TurnAnalyzerUserTurnStopStrategy(turn_analyzer=analyzer)]
     # Only VAD starts a turn: a segment's transcript that lands after the turn ended must not
     # open a new turn and interrupt the answer (stock pipecat also starts turns on transcripts).

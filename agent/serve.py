@@ -25,7 +25,6 @@ from agent.pipeline import Engines
 from agent.runtime import freeze_gc_heap
 from agent.session import run_session
 from agent.turn_observer import TurnObserver
-from transports.webrtc import WebRTCSignalling, add_routes, transport_params
 
 # Extensions (metrics, phone transport, ...) register routes and observers through hooks.
 RouteHook = Callable[[web.Application, "CadenceServer"], None]
@@ -37,7 +36,7 @@ class CadenceServer:
     engines: Engines | None = None
     llm_server: ManagedLLMServer | None = None
     gate: AdmissionGate | None = None
-    signalling: WebRTCSignalling | None = None
+    signalling: Any = None  # transports.webrtc.WebRTCSignalling when aiortc is installed
     observer_factories: list[Callable[[str], Any]] = field(default_factory=list)
     route_hooks: list[RouteHook] = field(default_factory=list)
     sessions: dict[str, TurnObserver] = field(default_factory=dict)
@@ -159,11 +158,17 @@ class CadenceServer:
     def make_app(self) -> web.Application:
         cfg = self.config
         self.gate = self.gate or AdmissionGate(cfg.admission)
-        self.signalling = WebRTCSignalling(
-            self.run_caller, transport_params(cfg.audio.in_sample_rate, cfg.audio.out_sample_rate), self.gate
-        )
         app = web.Application(client_max_size=256 * 1024)
-        add_routes(app, self.signalling)
+        try:  # WebRTC needs aiortc and av; the phone line does not (GPU machines may carry only that)
+            from transports.params import transport_params
+            from transports.webrtc import WebRTCSignalling, add_routes
+        except ImportError as exc:
+            logger.warning(f"WebRTC is off ({exc}); install aiortc and av for the browser page")
+        else:
+            self.signalling = WebRTCSignalling(
+                self.run_caller, transport_params(cfg.audio.in_sample_rate, cfg.audio.out_sample_rate), self.gate
+            )
+            add_routes(app, self.signalling)
         app.router.add_get("/health", self.health)
         app.router.add_get("/ready", self.ready)
         app.router.add_get("/api/sessions/{session_id}", self.session_info)
