@@ -3,8 +3,8 @@
 For a level of N callers: they connect over ``/phone/ws`` staggered across the warm-up, talk and
 listen in real time until ``warmup_s + hold_s`` (finishing the turn in flight), and only turns whose
 end of speech falls inside the hold are judged. The server's stage windows are reset when the hold
-begins (``POST /metrics/reset``) and read when it ends (``GET /metrics``): per-stage tails, the
-server-side delivery ratio, budget breaches and GPU memory per stage.
+begins (``POST /metrics/reset``) and read once every caller has finished its last turn (``GET
+/metrics``): per-stage tails, the server-side delivery ratio, budget breaches and GPU memory per stage.
 
 Judged per turn, from the caller's side: first audible bot audio after the frame holding the
 prompt's last voiced sample was sent; how many bot replies came (Cadence names each reply's marks
@@ -200,22 +200,27 @@ async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions,
         return await phone_call(opts.ws_url, i, deal_prompts(corpus, i, turns, n), ticker, stop_at=stop_at,
                                 max_wait_s=opts.max_wait_s)
 
-    async def server_windows(http: httpx.AsyncClient) -> None:
-        nonlocal scraped
+    async def reset_at_hold(http: httpx.AsyncClient) -> bool:
         await asyncio.sleep(max(0.0, steady_from - time.monotonic()))
         try:
             (await http.post(f"{opts.url}/metrics/reset")).raise_for_status()
-            await asyncio.sleep(max(0.0, stop_at - time.monotonic()))
-            r = await http.get(f"{opts.url}/metrics")
-            r.raise_for_status()
-            scraped = parse_scrape(r.text)
+            return True
         except httpx.HTTPError as exc:
-            logger.warning(f"capacity: cannot read the server's metrics ({exc})")
+            logger.warning(f"capacity: cannot reset the server's metrics ({exc})")
+            return False
 
     async with httpx.AsyncClient(timeout=30.0) as http:
-        windows = asyncio.create_task(server_windows(http))
+        reset = asyncio.create_task(reset_at_hold(http))
         records = await asyncio.gather(*(one(i) for i in range(n)))
-        await windows
+        # Read once every caller is done: the windows then hold every turn spoken in the hold, answers
+        # included (callers start no turn after the hold, they only finish the one in flight).
+        if await reset:
+            try:
+                r = await http.get(f"{opts.url}/metrics")
+                r.raise_for_status()
+                scraped = parse_scrape(r.text)
+            except httpx.HTTPError as exc:
+                logger.warning(f"capacity: cannot read the server's metrics ({exc})")
     ticking.set()
     await ticker_task
     result = judge_phone_level(n, list(records), steady_from, stop_at, budgets, scraped)
