@@ -272,11 +272,15 @@ def managed_llm_server(plan: MemoryPlan | None, config: Config, device: DeviceMe
 
     kind = llm_server_kind(config)
     model = llm_model(config)
+    extra = shlex.split(config.llm.server_args) + (shlex.split(config.gpu.vllm_extra_args) if kind == "vllm" else [])
+    timeout = max(config.llm.server_start_timeout_s, 600.0)
+    if kind == "transformers" and (plan is None or plan.share("llm").fraction <= 0):
+        # No GPU share (a CPU box, e.g. with --set llm.server_args="--device cpu"): nothing to size.
+        return gpu_llm_server("transformers", model, config.gpu.device, extra=extra, start_timeout_s=timeout,
+                              log_path=log_path)
     if plan is None or plan.share("llm").fraction <= 0:
         raise GPUPlanError(f"llm.server = {kind!r} runs on the GPU but gpu.llm_fraction is 0: give the LLM a share")
     share = plan.share("llm")
-    extra = shlex.split(config.llm.server_args) + (shlex.split(config.gpu.vllm_extra_args) if kind == "vllm" else [])
-    timeout = max(config.llm.server_start_timeout_s, 600.0)
     if kind == "vllm":
         return gpu_llm_server("vllm", model, plan.device, gpu_memory_utilization=share.fraction,
                               max_model_len=config.llm.context_size, served_model_name=config.llm.served_model_name,
@@ -420,9 +424,11 @@ class ServerHealth:
     text: str
 
 
-def check_llm_server(base_url: str, model: str = "", timeout_s: float = 30.0, kind: str = "llama.cpp") -> ServerHealth:
+def check_llm_server(base_url: str, model: str = "", timeout_s: float = 30.0, kind: str = "llama.cpp",
+                     temperature: float = 0.0) -> ServerHealth:
     """Ask an OpenAI-compatible server for its models (transformers serve: its ``/health``) and one
-    streamed token; time both."""
+    streamed token; time both. transformers serve fixes its sampling (greedy or not) for good at its
+    first request, so that one must carry the temperature the calls will use."""
     import json
 
     import httpx
@@ -440,7 +446,7 @@ def check_llm_server(base_url: str, model: str = "", timeout_s: float = 30.0, ki
         raise LLMServerError(f"LLM server at {base_url} is not healthy: GET {path} failed ({exc})") from None
     models_ms = (time.perf_counter() - t0) * 1000.0
     model = model or (ids[0] if ids else "default")
-    body = {"model": model, "stream": True, "max_tokens": 1, "temperature": 0.0,
+    body = {"model": model, "stream": True, "max_tokens": 1, "temperature": temperature,
             "messages": [{"role": "user", "content": "Say OK."}]}
     t1 = time.perf_counter()
     text, first = "", None

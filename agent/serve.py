@@ -75,7 +75,7 @@ class CadenceServer:
             await self.llm_server.astart()
             base_url, model = self.llm_server.base_url, self.llm_server.model_id
             # Its first request builds the server's KV cache: before ASR and TTS take their memory.
-            health = await asyncio.to_thread(check_llm_server, base_url, model, 300.0, kind)
+            health = await asyncio.to_thread(check_llm_server, base_url, model, 300.0, kind, cfg.llm.temperature)
             logger.info(f"LLM ({kind}) first token in {health.first_token_ms:.0f} ms")
         elif not base_url:
             self.llm_server = embedded_llama_server(cfg.llm.threads, cfg.llm.context_size, cfg.llm.model,
