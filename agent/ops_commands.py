@@ -51,9 +51,17 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         url = (args.url or f"http://{config.server.host}:{config.server.port}").rstrip("/")
         popts = PhoneRampOptions(url=url, ramp=levels, warmup_s=args.warmup, hold_s=args.hold,
                                  max_wait_s=args.max_wait, refine=not args.no_refine, all_levels=args.all_levels)
-        cap, result = run(_phone_capacity(config, popts, args.prompts, meta), use_uvloop=config.runtime.uvloop)
         meta["options"] = vars(popts) | {"ramp": list(levels)}
         title = f"Cadence capacity over the phone line ({url})"
+
+        def save(cap_so_far: int, done: list) -> None:  # after every level: a cut-short run keeps its levels
+            from agent.capacity.report import plot, write_json
+
+            write_json(out_dir / "capacity.json", cap_so_far, done, meta | {"complete": False})
+            plot(out_dir / "capacity.png", cap_so_far, done, config.budgets.output_rt_ratio_min, title)
+
+        cap, result = run(_phone_capacity(config, popts, args.prompts, meta, save), use_uvloop=config.runtime.uvloop)
+        meta["complete"] = True
     else:
         from agent.capacity.ramp import RampOptions
 
@@ -65,7 +73,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     from agent.capacity.report import plot, write_cap, write_json
 
     write_json(out_dir / "capacity.json", cap, result, meta)
-    plot(out_dir / "capacity.png", cap, result, config.budgets.output_rt_ratio_min, meta.get("title") or title)
+    plot(out_dir / "capacity.png", cap, result, config.budgets.output_rt_ratio_min, title)
     print(f"results: {out_dir / 'capacity.json'}, curve: {out_dir / 'capacity.png'}")
     if cap < 1:
         print("cadence: even one caller is out of budget (see the reasons above); no cap written. "
@@ -92,7 +100,8 @@ def git_commit() -> str:
         return "unknown"
 
 
-async def _phone_capacity(config: Any, opts: Any, prompts: Path | None, meta: dict) -> tuple[int, list]:
+async def _phone_capacity(config: Any, opts: Any, prompts: Path | None, meta: dict,
+                          on_level: Any = None) -> tuple[int, list]:
     """Callers over the phone WebSocket of a running server (``--url``); the server is not started here."""
     import httpx
 
@@ -111,7 +120,7 @@ async def _phone_capacity(config: Any, opts: Any, prompts: Path | None, meta: di
     corpus = phone_prompts(prompts, Path.home() / ".cache" / "cadence" / "utterances")
     meta["server"] = {"url": opts.url, "health": health, "ready": ready}
     meta["prompts"] = {"count": len(corpus), "source": str(prompts) if prompts else "asterisk + espeak-ng"}
-    return await find_phone_capacity(corpus, opts, config.budgets)
+    return await find_phone_capacity(corpus, opts, config.budgets, on_level)
 
 
 async def _capacity(config: Any, opts: Any, out_dir: Path) -> tuple[int, list]:

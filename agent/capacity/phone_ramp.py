@@ -21,6 +21,7 @@ import asyncio
 import random
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -246,9 +247,11 @@ def describe_phone(level: LevelResult) -> str:
             + (f"; GPU GiB {mem}" if mem else "") + f" -> {verdict}")
 
 
-async def find_phone_capacity(corpus: list[Prompt], opts: PhoneRampOptions,
-                              budgets: BudgetsConfig) -> tuple[int, list[LevelResult]]:
-    """Every level of the ramp (``all_levels``), or up the ramp until a failure then bisect."""
+async def find_phone_capacity(corpus: list[Prompt], opts: PhoneRampOptions, budgets: BudgetsConfig,
+                              on_level: Callable[[int, list[LevelResult]], None] | None = None
+                              ) -> tuple[int, list[LevelResult]]:
+    """Every level of the ramp (``all_levels``), or up the ramp until a failure then bisect.
+    ``on_level(cap so far, levels so far)`` runs after each level (results survive a cut-short run)."""
     levels: list[LevelResult] = []
     ramp = list(opts.ramp)
     pending = list(ramp) if opts.all_levels else None
@@ -258,6 +261,8 @@ async def find_phone_capacity(corpus: list[Prompt], opts: PhoneRampOptions,
         level, _records = await run_phone_level(corpus, n, opts, budgets)
         levels.append(level)
         print(describe_phone(level), flush=True)
+        if on_level is not None:
+            on_level(knee(levels), sorted(levels, key=lambda r: r.concurrency))
         await asyncio.sleep(2.0)  # the last level's sessions end before the next one connects
         if pending is not None:
             n = pending.pop(0) if pending else None
