@@ -17,8 +17,9 @@ rm -rf .whl && mkdir -p .whl .cascade
 PLATFORM=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
           --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
           --platform manylinux1_x86_64)
-# pipecat itself without its dependency tree (onnxruntime, numba, numpy... are on the H200)
-python3 -m pip download -q --no-deps "${PLATFORM[@]}" -d .whl "pipecat-ai==1.14.0"
+# pipecat itself without its dependency tree (onnxruntime, numba, numpy... are on the H200), and
+# libespeak-ng with its data for the Kokoro engine's phonemizer (the image has no espeak-ng)
+python3 -m pip download -q --no-deps "${PLATFORM[@]}" -d .whl "pipecat-ai==1.14.0" "espeakng-loader==0.2.4"
 # what pipecat and Cadence import on the phone path, the LLM server's web stack and the callers, with
 # their dependencies resolved together (one consistent version of each)
 python3 -m pip download -q "${PLATFORM[@]}" -d .whl \

@@ -243,7 +243,7 @@ def describe_phone(level: LevelResult) -> str:
             f"p95 {f(level.first_audio_p95_ms, ' ms')} p99 {f(level.first_audio_p99_ms, ' ms')}; "
             f"server p99 {stages}; delivery p1 server {f(level.server_ratio_p1, 'x')} caller "
             f"{f(level.p99_ratio, 'x')}; lateness p99 {f(level.lateness_p99_ms, ' ms')}; "
-            f"{level.answered_once}/{level.turns} answered once"
+            f"{level.answered_once}/{level.turns} answered once; event-loop lag p99 {f(tails.get('event_loop_lag'), ' ms')}"
             + (f"; GPU GiB {mem}" if mem else "") + f" -> {verdict}")
 
 
