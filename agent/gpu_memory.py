@@ -243,8 +243,10 @@ def vllm_args(plan: MemoryPlan, model: str, port: int, extra: str = "", max_mode
                         served_model_name=served_model_name)
 
 
-# CUDA context, activations and allocator slack of a transformers-serve process beyond weights + KV cache.
-TRANSFORMERS_OVERHEAD_BYTES = int(1.5 * GIB)
+# What a transformers-serve process holds beyond its weights and the memory it gives its KV cache and
+# activations: CUDA context (~0.5 GiB on an H200), cuBLAS workspaces, allocator slack; planned with margin
+# because the NVML check after warm-up refuses a server over its share.
+TRANSFORMERS_OVERHEAD_BYTES = 3 * GIB
 
 
 def transformers_cache_fraction(share_bytes: int, weights_bytes: int, free_bytes: int,

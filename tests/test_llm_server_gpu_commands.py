@@ -74,8 +74,8 @@ def test_config_to_transformers_server_sizes_its_cache_to_the_share(tmp_path):
     plan = plan_memory(cfg.gpu, H200.total_bytes)
     server = managed_llm_server(plan, cfg, H200)
     expected = transformers_cache_fraction(35 * GIB, int(2.5 * GIB), 139 * GIB)
-    # (35 - 2.5 - 1.5) / (139 - 2.5 - 1.5) of the free memory: the cache plus weights stay inside 35 GiB
-    assert expected == pytest.approx(31 / 135, abs=1e-4) and expected <= 31 / 135
+    # (35 - 2.5 - 3) / (139 - 2.5 - 3) of the free memory: the cache plus weights stay inside 35 GiB
+    assert expected == pytest.approx(29.5 / 133.5, abs=1e-4) and expected <= 29.5 / 133.5
     assert server.command[-3:] == ["--cb-max-memory-percent", f"{expected:.4f}", str(model)]
     assert server.env is not None and server.env["CUDA_VISIBLE_DEVICES"] == "0"
     assert server.model_name == str(model) and server.start_timeout_s >= 600
