@@ -37,8 +37,16 @@ def write_json(path: Path, cap: int, levels: list[LevelResult], meta: dict) -> N
 
 def _short(reason: str) -> str:
     """'asr_final p99 1154 ms > budget 600 ms' -> 'asr_final'; 'p99 delivery 0.9x < 1.2x' -> 'delivery'."""
-    if reason.startswith("p99 delivery"):
+    if reason.startswith(("p99 delivery", "server delivery")):
         return "delivery"
+    for start, short in (("first audio", "first audio"), ("caller chunk lateness", "lateness"),
+                         ("only ", "too few turns")):
+        if reason.startswith(start):
+            return short
+    for part, short in (("unanswered", "unanswered"), ("more than once", "answered twice"),
+                        ("caller(s) failed", "callers failed")):
+        if part in reason:
+            return short
     return reason.split()[0] if " p99 " in reason or " p1 " in reason else reason.split(" (")[0][:24]
 
 
@@ -67,7 +75,8 @@ def plot(path: Path, cap: int, levels: list[LevelResult], min_ratio: float, titl
         p50 = series([r.p50_ratio for r in levels])
         ax.plot(xs, p99, "o-", color="tab:blue", label="delivery p99 across streams (x real time)")
         ax.plot(xs, p50, "o--", color="tab:blue", alpha=0.45, label="delivery p50")
-    for r, y in zip(levels, p99, strict=True):
+    for r, y, y50 in zip(levels, p99, p50, strict=True):
+        y = y if y == y else (y50 if y50 == y50 else min_ratio)  # NaN: put the verdict where it can be seen
         why = "pass" if r.passed else "fail: " + ", ".join(_short(x) for x in r.reasons[:2])
         ax.annotate(why, (r.concurrency, y), textcoords="offset points", xytext=(0, 8), ha="center",
                     fontsize=7, color="tab:green" if r.passed else "tab:red")
@@ -86,7 +95,7 @@ def plot(path: Path, cap: int, levels: list[LevelResult], min_ratio: float, titl
     if phone:
         ax2.plot(xs, series([r.first_audio_p50_ms for r in levels]), "s--", color="tab:orange", alpha=0.45,
                  label="first audio p50 (ms)")
-    ax2.set_ylabel("end of speech -> first audio, p99 (ms)", color="tab:orange")
+    ax2.set_ylabel("end of speech -> first audio (ms)", color="tab:orange")
     lines, labels = ax.get_legend_handles_labels()
     l2, lb2 = ax2.get_legend_handles_labels()
     ax.legend(lines + l2, labels + lb2, fontsize=8, loc="lower left")
