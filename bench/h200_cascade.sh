@@ -5,7 +5,8 @@
 #
 #  1. installs the carried wheels into /tmp/site (pipecat 1.14, fastapi/uvicorn/pydantic/openai, ...);
 #  2. writes a random-weight LLM of a real instruct shape (SHAPE, default llama-3.2-1b) and a random
-#     v3-sized Parakeet checkpoint (both in parallel, on the GPU);
+#     v3-sized Parakeet checkpoint (in parallel, on the GPU), while tests/gpu/test_parakeet_stt_cuda.py
+#     runs Parakeet's pipecat STT service on CUDA as gpu.toml builds it (two callers, one batcher);
 #  3. the LLM alone: `transformers serve --continuous-batching` started exactly as Cadence starts it
 #     (pinned to gpu.device, KV cache sized to gpu.llm_fraction), time to first token p50/p99 at
 #     LLM_LEVELS concurrent chats with replies capped at 48 tokens -> llm_alone.json;
@@ -90,7 +91,9 @@ nvidia-smi --query-gpu=timestamp,memory.used,memory.total,utilization.gpu --form
   > "$LOGS/nvidia-smi.csv" 2>/dev/null &
 SMI_PID=$!
 
-# 2. random-weight models ------------------------------------------------------------------------
+# 2. random-weight models (and, alongside, Parakeet's pipecat STT service on CUDA as gpu.toml builds it) --
+timeout 200 "$PY" -m pytest -q -p no:cacheprovider tests/gpu/test_parakeet_stt_cuda.py > "$LOGS/pytest_stt_cuda.log" 2>&1 &
+STT_TEST=$!
 timeout 200 "$PY" bench/llm_checkpoint.py /tmp/cadence/llm --shape "$SHAPE" "${TINY[@]}" > "$LOGS/llm_checkpoint.log" 2>&1 &
 LLM_BUILD=$!
 timeout 200 "$PY" bench/parakeet_checkpoint.py /tmp/cadence/parakeet-v3 "${TINY[@]}" > "$LOGS/parakeet_checkpoint.log" 2>&1
@@ -98,6 +101,8 @@ PK_RC=$?
 wait $LLM_BUILD; LLM_RC=$?
 say "llm checkpoint rc=$LLM_RC: $(tail -1 "$LOGS/llm_checkpoint.log" | cut -c1-200)"
 say "parakeet checkpoint rc=$PK_RC: $(tail -1 "$LOGS/parakeet_checkpoint.log" | cut -c1-300)"
+wait $STT_TEST
+say "Parakeet STT service on CUDA under pipecat (tests/gpu/test_parakeet_stt_cuda.py): $(tail -1 "$LOGS/pytest_stt_cuda.log")"
 [ $LLM_RC -eq 0 ] && [ $PK_RC -eq 0 ] || { tail -30 "$LOGS/llm_checkpoint.log" "$LOGS/parakeet_checkpoint.log"; exit 1; }
 
 # 3. the LLM alone -------------------------------------------------------------------------------
