@@ -167,6 +167,9 @@ class GPUConfig:
     asr_min_gb: float = 0.0
     llm_min_gb: float = 0.0
     tts_min_gb: float = 0.0
+    # After warm-up each stage's measured memory is checked against its share: over it, the start is
+    # refused (false: logged as a warning, e.g. for a benchmark that must run whatever it finds).
+    check_measured: bool = True
     # Non-empty: Cadence launches vLLM with this model on llm_fraction of the card (same as
     # llm.server = "vllm" with llm.model = this).
     vllm_model: str = ""

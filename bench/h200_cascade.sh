@@ -113,7 +113,7 @@ timeout 170 "$PY" bench/llm_alone.py --config examples/gpu.toml --set llm.temper
 # 4. cadence serve -------------------------------------------------------------------------------
 SETS=(--set "admission.max_sessions=$MAX_LEVEL" --set admission.queue_size=0 --set admission.budget_gate=false
       --set llm.temperature=1.0 --set "llm.max_tokens=$REPLY_TOKENS" --set "llm.server_log=$LOGS/llm-server.log"
-      --set budgets.window_s=900 "${DRY[@]}")
+      --set budgets.window_s=900 --set gpu.check_measured=false "${DRY[@]}")
 [ -n "${TTS_ENGINE:-}" ] && SETS+=(--set "tts.engine=$TTS_ENGINE")
 "$PY" -m agent.cli serve --config examples/gpu.toml --port $PORT "${SETS[@]}" > "$LOGS/serve.log" 2>&1 &
 SERVE_PID=$!

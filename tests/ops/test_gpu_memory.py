@@ -154,3 +154,20 @@ def test_stage_peaks_without_cuda_run_the_stage_and_record_nothing() -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         assert peaks.peaks == {}
+
+
+def test_server_refuses_a_stage_over_its_share_after_warm_up_unless_told_to_warn() -> None:
+    from agent.serve import CadenceServer
+
+    cfg = Config()
+    cfg.gpu.asr_fraction, cfg.gpu.llm_fraction, cfg.gpu.tts_fraction = 0.10, 0.30, 0.05
+    server = CadenceServer(cfg)
+    server.memory_plan, server.llm_kind = plan_memory(cfg.gpu, H200.total_bytes), "transformers"
+    over = StagePeaks(peaks={"asr": 6 * GIB, "tts": 9 * GIB})  # tts share: 7 GiB
+    with pytest.raises(GPUPlanError, match="tts measured 9.0 GiB"):
+        server.check_gpu_memory(over)
+    cfg.gpu.check_measured = False
+    stages = server.check_gpu_memory(over)  # logged, not refused
+    assert {s.stage: s.measured_bytes for s in stages}["tts"] == 9 * GIB
+    server.gpu_memory = stages
+    assert {s.stage for s in server.gpu_memory_now()} >= {"asr", "tts", "llm"}  # what /metrics exports
