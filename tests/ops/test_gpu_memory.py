@@ -171,3 +171,21 @@ def test_server_refuses_a_stage_over_its_share_after_warm_up_unless_told_to_warn
     assert {s.stage: s.measured_bytes for s in stages}["tts"] == 9 * GIB
     server.gpu_memory = stages
     assert {s.stage for s in server.gpu_memory_now()} >= {"asr", "tts", "llm"}  # what /metrics exports
+
+
+def test_metrics_export_gpu_memory_per_stage_and_the_capacity_scrape_reads_it() -> None:
+    from agent.capacity.phone_ramp import parse_scrape
+    from agent.config import BudgetsConfig
+    from agent.metrics.budgets import BudgetMonitor
+    from agent.metrics.prometheus import CadenceCollector, make_registry, render
+    from agent.metrics.stages import StageMetrics
+
+    plan = plan_memory(THREE, H200.total_bytes)
+    stages = StageMetrics()
+    stages.record("asr_final", 120.0)
+    collector = CadenceCollector(stages, BudgetMonitor(BudgetsConfig(), stages),
+                                 gpu_memory=lambda: stage_memory(plan, {"asr": 6 * GIB}, "transformers", 30 * GIB))
+    scrape = parse_scrape(render(make_registry(collector)).decode())
+    assert scrape["gpu_memory_gib"] == {"asr_share": 14.0, "asr": 6.0, "tts_share": 7.0, "llm_share": 42.0,
+                                        "llm": 30.0}
+    assert scrape["tails"]["asr_final"] == pytest.approx(120.0, rel=0.01)
