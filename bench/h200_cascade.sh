@@ -28,7 +28,7 @@ left() { echo $((START + BUDGET_S - $(date +%s))); }
 OUT=${OUT:-/tmp/cascade-out}
 LOGS=/tmp/cascade-logs
 mkdir -p "$OUT" "$LOGS" /tmp/cadence
-LEVELS=${LEVELS:-16,64,128,192,256,320}
+LEVELS=${LEVELS:-16,32,64,128,256,320}
 WARMUP=${WARMUP:-8}
 HOLD=${HOLD:-12}
 MAX_WAIT=${MAX_WAIT:-8}
