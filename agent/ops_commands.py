@@ -33,7 +33,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:
-    from agent.capacity.ramp import RampOptions
     from agent.runtime import run
 
     config = effective_config(args)
@@ -43,17 +42,38 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         raise UserError(f"--levels must be comma-separated integers, got {args.levels!r}") from None
     if not levels or levels[0] < 1:
         raise UserError("--levels needs at least one level >= 1")
-    opts = RampOptions(ramp=levels, warmup_s=args.warmup, hold_s=args.hold, max_wait_s=args.max_wait,
-                       refine=not args.no_refine)
     out_dir: Path = args.out_dir
-    cap, result = run(_capacity(config, opts, out_dir), use_uvloop=config.runtime.uvloop)
+    meta: dict[str, Any] = {"command": "cadence " + " ".join(sys.argv[1:]), "commit": git_commit(),
+                            "transport": args.transport, "budgets": vars(config.budgets)}
+    if args.transport == "phone":
+        from agent.capacity.phone_ramp import PhoneRampOptions
+
+        url = (args.url or f"http://{config.server.host}:{config.server.port}").rstrip("/")
+        popts = PhoneRampOptions(url=url, ramp=levels, warmup_s=args.warmup, hold_s=args.hold,
+                                 max_wait_s=args.max_wait, refine=not args.no_refine, all_levels=args.all_levels)
+        meta["options"] = vars(popts) | {"ramp": list(levels)}
+        title = f"Cadence capacity over the phone line ({url})"
+
+        def save(cap_so_far: int, done: list) -> None:  # after every level: a cut-short run keeps its levels
+            from agent.capacity.report import plot, write_json
+
+            write_json(out_dir / "capacity.json", cap_so_far, done, meta | {"complete": False})
+            plot(out_dir / "capacity.png", cap_so_far, done, config.budgets.output_rt_ratio_min, title)
+
+        cap, result = run(_phone_capacity(config, popts, args.prompts, meta, save), use_uvloop=config.runtime.uvloop)
+        meta["complete"] = True
+    else:
+        from agent.capacity.ramp import RampOptions
+
+        opts = RampOptions(ramp=levels, warmup_s=args.warmup, hold_s=args.hold, max_wait_s=args.max_wait,
+                           refine=not args.no_refine)
+        cap, result = run(_capacity(config, opts, out_dir), use_uvloop=config.runtime.uvloop)
+        meta["options"] = vars(opts) | {"ramp": list(levels)}
+        title = f"Cadence capacity ({config.asr.engine} / {config.tts.engine} / LLM {config.llm.base_url or 'embedded'})"
     from agent.capacity.report import plot, write_cap, write_json
 
-    meta = {"command": "cadence " + " ".join(sys.argv[1:]), "options": vars(opts) | {"ramp": list(levels)},
-            "budgets": vars(config.budgets)}
     write_json(out_dir / "capacity.json", cap, result, meta)
-    plot(out_dir / "capacity.png", cap, result, config.budgets.output_rt_ratio_min,
-         f"Cadence capacity ({config.asr.engine} / {config.tts.engine} / LLM {config.llm.base_url or 'embedded'})")
+    plot(out_dir / "capacity.png", cap, result, config.budgets.output_rt_ratio_min, title)
     print(f"results: {out_dir / 'capacity.json'}, curve: {out_dir / 'capacity.png'}")
     if cap < 1:
         print("cadence: even one caller is out of budget (see the reasons above); no cap written. "
@@ -63,6 +83,44 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     write_cap(target, cap)
     print(f"capacity: {cap} concurrent callers; wrote [admission] max_sessions = {cap} to {target}")
     return 0
+
+
+def git_commit() -> str:
+    """The checkout's commit (``$CADENCE_COMMIT`` where the tree travelled without ``.git``)."""
+    import os
+    import subprocess
+
+    if os.environ.get("CADENCE_COMMIT"):
+        return os.environ["CADENCE_COMMIT"]
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parents[1])
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+async def _phone_capacity(config: Any, opts: Any, prompts: Path | None, meta: dict,
+                          on_level: Any = None) -> tuple[int, list]:
+    """Callers over the phone WebSocket of a running server (``--url``); the server is not started here."""
+    import httpx
+
+    from agent.capacity.corpus import phone_prompts
+    from agent.capacity.phone_ramp import find_phone_capacity
+
+    try:
+        async with httpx.AsyncClient(timeout=10.0) as http:
+            health = (await http.get(f"{opts.url}/health")).json()
+            ready = (await http.get(f"{opts.url}/ready")).json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise UserError(f"no Cadence server at {opts.url} ({exc}); start `cadence serve` first") from None
+    if ready.get("capacity", 0) < max(opts.ramp):
+        raise UserError(f"the server admits {ready.get('capacity')} callers, fewer than the largest level "
+                        f"{max(opts.ramp)}: start it with --set admission.max_sessions={max(opts.ramp)}")
+    corpus = phone_prompts(prompts, Path.home() / ".cache" / "cadence" / "utterances")
+    meta["server"] = {"url": opts.url, "health": health, "ready": ready}
+    meta["prompts"] = {"count": len(corpus), "source": str(prompts) if prompts else "asterisk + espeak-ng"}
+    return await find_phone_capacity(corpus, opts, config.budgets, on_level)
 
 
 async def _capacity(config: Any, opts: Any, out_dir: Path) -> tuple[int, list]:
@@ -109,6 +167,13 @@ def register(sub: Any) -> None:
     p.add_argument("--max-wait", type=float, default=15.0, help="a reply later than this is unanswered")
     p.add_argument("--no-refine", action="store_true", help="do not bisect between the knee and the failure")
     p.add_argument("--out-dir", type=Path, default=Path("capacity-results"), help="where the JSON and PNG go")
+    p.add_argument("--transport", choices=("inprocess", "phone"), default="inprocess",
+                   help="inprocess: callers inside this process on its own engines (default); phone: callers "
+                        "over the phone WebSocket of a running `cadence serve` (--url), 8 kHz mu-law both ways")
+    p.add_argument("--url", help="phone transport: the server's base URL (default: http://server.host:server.port)")
+    p.add_argument("--prompts", type=Path, help="phone transport: a prompt pack (.npz of 8 kHz mu-law; default: "
+                                                "the Debian Asterisk prompts and espeak-ng questions)")
+    p.add_argument("--all-levels", action="store_true", help="run every level of --levels, past failures too")
     p.add_argument("--write-config", type=Path,
                    help="TOML file to write the cap into (default: --config, else ./cadence-capacity.toml)")
     p.set_defaults(func=friendly(cmd_capacity))

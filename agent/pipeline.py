@@ -8,14 +8,13 @@ context are per caller, because they hold state).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 from loguru import logger
 from pipecat.audio.turn.smart_turn.base_smart_turn import SmartTurnParams
-from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
 from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADParams
 from pipecat.observers.base_observer import BaseObserver
@@ -35,6 +34,7 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 from agent.barge_in import FastBargeIn
 from agent.config import Config
 from agent.llm_stage import CadenceLLMService
+from agent.shared_models import SharedSileroVADAnalyzer, SharedSmartTurnAnalyzerV3
 from tts.engines import TTSEngine, create_engine
 from tts.service import CadenceTTSService
 
@@ -62,13 +62,20 @@ class Engines:
         return self._llm_http[1]
 
     @classmethod
-    def load(cls, config: Config, llm_base_url: str, llm_model: str) -> Engines:
-        tts_engine = create_engine(config.tts)
-        engines = cls(config, llm_base_url, llm_model, tts_engine)
-        engines.warm_asr()
-        engines.warm_tts()
+    def load(cls, config: Config, llm_base_url: str, llm_model: str,
+             measure: Callable[[str, Callable[[], Any]], Any] | None = None) -> Engines:
+        """Load and warm every engine; ``measure(stage, fn)`` (GPU memory peaks) wraps each stage's part."""
+        measure = measure or (lambda _stage, fn: fn())
+        engines = measure("tts", lambda: cls._with_tts(config, llm_base_url, llm_model))
+        measure("asr", engines.warm_asr)
         engines.warm_llm()
-        logger.info(f"engines ready: asr={config.asr.engine} tts={tts_engine.name} llm={llm_base_url}")
+        logger.info(f"engines ready: asr={config.asr.engine} tts={engines.tts_engine.name} llm={llm_base_url}")
+        return engines
+
+    @classmethod
+    def _with_tts(cls, config: Config, llm_base_url: str, llm_model: str) -> Engines:
+        engines = cls(config, llm_base_url, llm_model, create_engine(config.tts))
+        engines.warm_tts()
         return engines
 
     def warm_asr(self) -> None:
@@ -120,8 +127,9 @@ class Engines:
 
 
 def make_vad(config: Config) -> SileroVADAnalyzer:
+    """Silero VAD on the process's shared ONNX session (a caller's connect costs no model load)."""
     v = config.vad
-    return SileroVADAnalyzer(
+    return SharedSileroVADAnalyzer(
         params=VADParams(confidence=v.confidence, start_secs=v.start_secs, stop_secs=v.stop_secs,
                          min_volume=v.min_volume)
     )
@@ -136,7 +144,7 @@ def make_turn_strategies(config: Config) -> UserTurnStrategies:
     if config.vad.turn == "silence":
         stop = [SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=config.vad.turn_fallback_secs)]
     else:
-        analyzer = LocalSmartTurnAnalyzerV3(params=SmartTurnParams(stop_secs=config.vad.turn_fallback_secs))
+        analyzer = SharedSmartTurnAnalyzerV3(params=SmartTurnParams(stop_secs=config.vad.turn_fallback_secs))
         stop = [TurnAnalyzerUserTurnStopStrategy(turn_analyzer=analyzer)]
     # Only VAD starts a turn: a segment's transcript that lands after the turn ended must not
     # open a new turn and interrupt the answer (stock pipecat also starts turns on transcripts).

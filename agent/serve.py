@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -22,7 +25,6 @@ from agent.pipeline import Engines
 from agent.runtime import freeze_gc_heap
 from agent.session import run_session
 from agent.turn_observer import TurnObserver
-from transports.webrtc import WebRTCSignalling, add_routes, transport_params
 
 # Extensions (metrics, phone transport, ...) register routes and observers through hooks.
 RouteHook = Callable[[web.Application, "CadenceServer"], None]
@@ -34,46 +36,100 @@ class CadenceServer:
     engines: Engines | None = None
     llm_server: ManagedLLMServer | None = None
     gate: AdmissionGate | None = None
-    signalling: WebRTCSignalling | None = None
+    signalling: Any = None  # transports.webrtc.WebRTCSignalling when aiortc is installed
     observer_factories: list[Callable[[str], Any]] = field(default_factory=list)
     route_hooks: list[RouteHook] = field(default_factory=list)
     sessions: dict[str, TurnObserver] = field(default_factory=dict)
     max_session_records: int = 200
+    memory_plan: Any = None  # agent.gpu_memory.MemoryPlan when the config puts stages on a GPU
+    gpu_memory: list[Any] = field(default_factory=list)  # StageMemory per stage, measured after warm-up
+    llm_kind: str = "llama.cpp"
 
     async def start_engines(self) -> None:
-        """GPU memory plan (refuse to start if it cannot fit) -> LLM server -> engines -> GC freeze."""
+        """GPU memory plan (refuse to start if it cannot fit) -> LLM server -> engines, each in-process
+        model's peak measured while it loads and warms -> measured memory checked -> GC freeze."""
         from agent.gpu_memory import (
+            COMPONENTS,
+            StagePeaks,
             apply_in_process_fraction,
             check_llm_server,
-            managed_vllm_server,
+            llm_server_kind,
+            managed_llm_server,
             plan_for,
+            read_device_memory,
         )
+        from agent.llm_server import GPU_SERVERS
 
         cfg = self.config
-        plan = plan_for(cfg)  # None unless the config gives GPU shares; raises GPUPlanError
+        on_gpu = any(getattr(cfg.gpu, f"{c}_fraction") for c in COMPONENTS)
+        device = read_device_memory(cfg.gpu.device) if on_gpu else None
+        plan = plan_for(cfg, device)  # None unless the config gives GPU shares; raises GPUPlanError
+        self.memory_plan = plan
         if plan is not None:
             logger.info(f"GPU memory plan:\n{plan.summary()}")
+        kind = self.llm_kind = llm_server_kind(cfg)
         base_url, model = cfg.llm.base_url, cfg.llm.model
-        if not base_url and plan is not None and cfg.gpu.vllm_model:
-            self.llm_server = managed_vllm_server(plan, cfg)
-            await self.llm_server.astart()
-            base_url, model = self.llm_server.base_url, self.llm_server.model_id or cfg.gpu.vllm_model
-            await asyncio.to_thread(check_llm_server, base_url, model)
-        elif not base_url:
-            self.llm_server = embedded_llama_server(cfg.llm.threads, cfg.llm.context_size, cfg.llm.model,
-                                                    cfg.llm.server_start_timeout_s)
+        log = Path(cfg.llm.server_log) if cfg.llm.server_log else None
+        if not base_url and kind in GPU_SERVERS:
+            self.llm_server = managed_llm_server(plan, cfg, device, log_path=log)
             await self.llm_server.astart()
             base_url, model = self.llm_server.base_url, self.llm_server.model_id
+            # Its first request builds the server's KV cache: before ASR and TTS take their memory.
+            health = await asyncio.to_thread(check_llm_server, base_url, model, 300.0, kind, cfg.llm.temperature)
+            logger.info(f"LLM ({kind}) first token in {health.first_token_ms:.0f} ms")
+        elif not base_url:
+            self.llm_server = embedded_llama_server(cfg.llm.threads, cfg.llm.context_size, cfg.llm.model,
+                                                    cfg.llm.server_start_timeout_s, log)
+            await self.llm_server.astart()
+            base_url, model = self.llm_server.base_url, self.llm_server.model_id
+        peaks = StagePeaks(plan.device) if plan is not None else None
         if plan is not None:
             apply_in_process_fraction(plan)
         try:
-            self.engines = await asyncio.to_thread(Engines.load, cfg, base_url, model)
+            self.engines = await asyncio.to_thread(Engines.load, cfg, base_url, model,
+                                                   peaks.measure if peaks is not None else None)
+            if plan is not None and peaks is not None:
+                self.gpu_memory = self.check_gpu_memory(peaks)
         except BaseException:
             if self.llm_server is not None:
                 self.llm_server.stop()
             raise
         if cfg.runtime.gc_freeze:
             freeze_gc_heap()
+
+    def check_gpu_memory(self, peaks: Any) -> list[Any]:
+        """Each stage's measured memory after warm-up against its share; raises ``GPUPlanError``."""
+        from agent.gpu_memory import GIB, check_measured, measured_problems
+
+        stages = self.gpu_memory_now(peaks.peaks)
+        for st in stages:
+            shown = "unmeasured" if st.measured_bytes is None else f"{st.measured_bytes / GIB:.2f} GiB"
+            logger.info(f"GPU memory after warm-up: {st.stage} {shown} of {st.share_bytes / GIB:.2f} GiB ({st.how})")
+        assert self.memory_plan is not None
+        if not self.config.gpu.check_measured:
+            for problem in measured_problems(stages, self.memory_plan.total_bytes):
+                logger.warning(f"GPU memory over plan (gpu.check_measured = false, not refused): {problem}")
+            return stages
+        return check_measured(stages, self.memory_plan.total_bytes)
+
+    def gpu_memory_now(self, peaks: dict[str, int] | None = None) -> list[Any]:
+        """Per stage: its share, and its measured memory now (warm-up peaks for ASR and TTS, NVML for the
+        LLM server, torch's reserved total for the Cadence process)."""
+        from agent.gpu_memory import process_gpu_memory, stage_memory
+
+        plan = self.memory_plan
+        if plan is None:
+            return []
+        pid = self.llm_server.pid if self.llm_server is not None else None
+        llm_used = process_gpu_memory(pid, plan.device) if pid is not None else None
+        reserved = None
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            reserved = int(torch.cuda.max_memory_reserved(plan.device))
+        if peaks is None:
+            peaks = {st.stage: st.measured_bytes for st in self.gpu_memory
+                     if st.stage in ("asr", "tts") and st.measured_bytes is not None}
+        return stage_memory(plan, peaks, self.llm_kind, llm_used, reserved)
 
     def observers_for(self, session_id: str) -> list[Any]:
         return [factory(session_id) for factory in self.observer_factories]
@@ -106,11 +162,17 @@ class CadenceServer:
     def make_app(self) -> web.Application:
         cfg = self.config
         self.gate = self.gate or AdmissionGate(cfg.admission)
-        self.signalling = WebRTCSignalling(
-            self.run_caller, transport_params(cfg.audio.in_sample_rate, cfg.audio.out_sample_rate), self.gate
-        )
         app = web.Application(client_max_size=256 * 1024)
-        add_routes(app, self.signalling)
+        try:  # WebRTC needs aiortc and av; the phone line does not (GPU machines may carry only that)
+            from transports.params import transport_params
+            from transports.webrtc import WebRTCSignalling, add_routes
+        except ImportError as exc:
+            logger.warning(f"WebRTC is off ({exc}); install aiortc and av for the browser page")
+        else:
+            self.signalling = WebRTCSignalling(
+                self.run_caller, transport_params(cfg.audio.in_sample_rate, cfg.audio.out_sample_rate), self.gate
+            )
+            add_routes(app, self.signalling)
         app.router.add_get("/health", self.health)
         app.router.add_get("/ready", self.ready)
         app.router.add_get("/api/sessions/{session_id}", self.session_info)
@@ -148,8 +210,14 @@ class CadenceServer:
               flush=True)
         if ready is not None:
             ready.set()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):  # stop cleanly: the LLM server Cadence started goes too
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, stop.set)
         try:
-            await asyncio.Event().wait()
+            await stop.wait()
+            logger.info("Cadence is stopping")
         finally:
             with contextlib.suppress(Exception):
                 await runner.cleanup()

@@ -15,7 +15,7 @@ from pipecat.workers.runner import WorkerRunner
 from agent.pipeline import Engines, build_worker
 from agent.turn_observer import TurnObserver, TurnTiming
 from transports.file_transport import CallScript, FileTransport
-from transports.webrtc import transport_params
+from transports.params import transport_params
 
 
 @dataclass

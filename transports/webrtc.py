@@ -20,6 +20,8 @@ from pipecat.transports.base_transport import TransportParams
 from pipecat.transports.smallwebrtc.connection import SmallWebRTCConnection
 from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
 
+from transports.params import transport_params  # noqa: F401  (re-exported)
+
 # Given a transport for a new caller, run that caller's pipeline until it ends.
 SessionFactory = Callable[[SmallWebRTCTransport, str], Awaitable[None]]
 
@@ -49,15 +51,6 @@ def parse_offer(data: Any) -> tuple[str, str, str | None]:
     if pc_id is not None and not isinstance(pc_id, str):
         raise OfferError("'pc_id' must be a string")
     return sdp, kind, pc_id
-
-
-def transport_params(in_rate: int, out_rate: int) -> TransportParams:
-    return TransportParams(
-        audio_in_enabled=True,
-        audio_out_enabled=True,
-        audio_in_sample_rate=in_rate,
-        audio_out_sample_rate=out_rate,
-    )
 
 
 class WebRTCSignalling:

@@ -91,6 +91,14 @@ class LevelResult:
     reasons: list[str] = field(default_factory=list)
     passed: bool = False
     turn_details: list[dict] = field(default_factory=list)  # every judged turn, for the record
+    # Through the phone transport (``cadence capacity --transport phone``):
+    transport: str = "inprocess"
+    first_audio_p95_ms: float | None = None
+    answered_once: int = 0  # turns with exactly one bot reply
+    answered_more: int = 0  # turns the bot answered more than once
+    server_ratio_p1: float | None = None  # the server's output_rt_ratio window p1 (producer headroom)
+    gpu_memory_gib: dict[str, float] = field(default_factory=dict)  # stage -> measured GiB (from /metrics)
+    caller_late_ticks: int = 0  # 20 ms sending slots the callers' own process missed
 
 
 def judge_level(concurrency: int, records: list[CallRecord], steady_from: float, until: float,

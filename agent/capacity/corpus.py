@@ -113,3 +113,50 @@ def load_corpus(cache_dir: Path, sample_rate: int = 16000, limit: int | None = N
 def deal(corpus: list[Utterance], caller: int, turns: int, callers: int) -> list[Utterance]:
     """Caller ``caller``'s ``turns`` utterances: disjoint across callers while the corpus lasts."""
     return [corpus[(caller + k * callers) % len(corpus)] for k in range(turns)]
+
+
+# ------------------------------------------------------------------ phone callers: 8 kHz mu-law prompts
+def _pcm8k(path: Path) -> bytes:
+    """A WAV as 16-bit PCM at 8 kHz (the Asterisk prompts already are; others are resampled)."""
+    with wave.open(str(path)) as w:
+        if w.getframerate() == 8000 and w.getsampwidth() == 2 and w.getnchannels() == 1:
+            return w.readframes(w.getnframes())
+    audio = load_audio(path, 8000)
+    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+
+
+def write_ulaw_pack(out: Path, paths: list[Path]) -> Path:
+    """Pack prompts as one ``.npz`` of 8 kHz mu-law (what a GPU machine without the Debian sounds reads)."""
+    import audioop
+
+    blobs = [audioop.lin2ulaw(_pcm8k(p), 2) for p in paths]
+    offsets = np.cumsum([0] + [len(b) for b in blobs])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(out, names=np.array([p.stem for p in paths]), offsets=offsets,
+                        ulaw=np.frombuffer(b"".join(blobs), dtype=np.uint8))
+    return out
+
+
+def read_ulaw_pack(path: Path) -> list[tuple[str, bytes]]:
+    data = np.load(path)
+    ulaw, offsets = data["ulaw"].tobytes(), data["offsets"]
+    return [(str(n), ulaw[offsets[i]:offsets[i + 1]]) for i, n in enumerate(data["names"])]
+
+
+def phone_prompts(pack: Path | None = None, cache_dir: Path | None = None, limit: int | None = None) -> list:
+    """Distinct prompts for phone callers: a ``write_ulaw_pack`` file, else the recorded Asterisk prompts
+    and the synthetic questions (interleaved, as ``load_corpus``)."""
+    from agent.capacity.phone_caller import Prompt
+
+    if pack is not None:
+        prompts = [Prompt.from_ulaw(name, ulaw) for name, ulaw in read_ulaw_pack(pack)]
+    else:
+        recorded = recorded_prompts()
+        synthetic = synthetic_questions(cache_dir) if cache_dir is not None else []
+        paths = [p for pair in zip(synthetic, recorded, strict=False) for p in pair]
+        paths += recorded[len(synthetic):] + synthetic[len(recorded):]
+        prompts = [Prompt.from_pcm8k(p.stem, _pcm8k(p)) for p in paths]
+    if not prompts:
+        raise FileNotFoundError(f"no prompts: give --prompts (a pack from write_ulaw_pack), or install "
+                                f"asterisk-core-sounds-en-wav or espeak-ng (looked in {ASTERISK_DIR})")
+    return prompts[:limit]

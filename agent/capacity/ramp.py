@@ -19,7 +19,7 @@ from agent.capacity.analysis import LevelResult, judge_level, knee, next_level
 from agent.capacity.caller import CallRecord, call
 from agent.capacity.corpus import Utterance, deal
 from agent.metrics_http import ServerMetrics
-from transports.webrtc import transport_params
+from transports.params import transport_params
 
 
 @dataclass

@@ -8,6 +8,7 @@ Names (all prefixed ``cadence_``):
   ``budget_breach_windows_total{stage}``;
 - ``sessions_active``, ``sessions_waiting``, ``sessions_capacity``, ``ready``,
   ``admissions_total``, ``refusals_total{reason}``;
+- ``gpu_memory_share_bytes{stage}``, ``gpu_memory_measured_bytes{stage}`` (GPU configurations);
 - ``gc_frozen_objects``, ``event_loop_info{loop}``.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -31,10 +33,12 @@ RATIO_QUANTILES = (0.01, 0.05, 0.5)  # a ratio's bad tail is the low one
 
 class CadenceCollector(Collector):
     def __init__(self, metrics: StageMetrics, budgets: BudgetMonitor | None = None,
-                 gate: Callable[[], AdmissionGate | None] | None = None):
+                 gate: Callable[[], AdmissionGate | None] | None = None,
+                 gpu_memory: Callable[[], list[Any]] | None = None):
         self.metrics = metrics
         self.budgets = budgets
         self.gate = gate or (lambda: None)
+        self.gpu_memory = gpu_memory  # () -> [agent.gpu_memory.StageMemory]
 
     def collect(self) -> Iterator[Metric]:
         yield from self._stages()
@@ -43,6 +47,8 @@ class CadenceCollector(Collector):
         gate = self.gate()
         if gate is not None:
             yield from self._gate(gate)
+        if self.gpu_memory is not None:
+            yield from self._gpu_memory(self.gpu_memory())
         yield GaugeMetricFamily("cadence_gc_frozen_objects", "objects moved out of GC by gc.freeze()",
                                 value=gc.get_freeze_count())
         info = GaugeMetricFamily("cadence_event_loop_info", "the running event loop", labels=["loop"])
@@ -89,6 +95,21 @@ class CadenceCollector(Collector):
             samples.add_metric([name], st.breach_samples)
             windows.add_metric([name], st.breach_windows)
         yield from (limit, breach, samples, windows)
+
+    @staticmethod
+    def _gpu_memory(stages: list[Any]) -> Iterator[Metric]:
+        if not stages:
+            return
+        share = GaugeMetricFamily("cadence_gpu_memory_share_bytes", "a stage's planned GPU memory share",
+                                  labels=["stage"])
+        used = GaugeMetricFamily("cadence_gpu_memory_measured_bytes",
+                                 "a stage's measured GPU memory (asr/tts: load + warm-up peak; llm: NVML now; "
+                                 "in_process: torch reserved now)", labels=["stage"])
+        for st in stages:
+            share.add_metric([st.stage], st.share_bytes)
+            if st.measured_bytes is not None:
+                used.add_metric([st.stage], st.measured_bytes)
+        yield from (share, used)
 
     def _gate(self, gate: AdmissionGate) -> Iterator[Metric]:
         ok, _reason = gate.ready()

@@ -86,3 +86,106 @@ def test_vllm_command_carries_the_planned_share() -> None:
     no_llm = plan_memory(GPUConfig(asr_fraction=0.25), H200.total_bytes)
     with pytest.raises(GPUPlanError, match="llm_fraction is 0"):
         vllm_args(no_llm, "m", 1)
+
+
+# ---------------------------------------------------------------- three stages, measured after warm-up
+from agent.gpu_memory import (  # noqa: E402
+    StagePeaks,
+    check_measured,
+    measured_problems,
+    stage_memory,
+    transformers_cache_fraction,
+)
+
+THREE = GPUConfig(asr_fraction=0.10, llm_fraction=0.30, tts_fraction=0.05, headroom_fraction=0.05)
+
+
+def test_three_stage_plan_caps_the_process_at_asr_plus_tts() -> None:
+    plan = preflight(plan_memory(THREE, H200.total_bytes), H200)
+    assert plan.in_process_fraction == pytest.approx(0.15)  # one allocator cap for ASR + TTS together
+    assert [s.component for s in plan.shares] == ["asr", "llm", "tts"]
+    assert plan.share("llm").bytes == 42 * GIB and plan.share("tts").bytes == 7 * GIB
+
+
+def test_measured_stages_inside_their_shares_pass_and_are_reported_per_stage() -> None:
+    plan = plan_memory(THREE, H200.total_bytes)
+    stages = stage_memory(plan, {"asr": 6 * GIB, "tts": 2 * GIB}, "transformers", 30 * GIB, 9 * GIB)
+    assert [(s.stage, s.measured_bytes) for s in stages] == [
+        ("asr", 6 * GIB), ("tts", 2 * GIB), ("llm", 30 * GIB), ("in_process", 9 * GIB)]
+    assert stages[-1].share_bytes == 21 * GIB
+    assert check_measured(stages, plan.total_bytes) is stages
+    assert stages[2].as_dict() == {"stage": "llm", "share_gib": 42.0, "measured_gib": 30.0,
+                                   "how": "NVML: the transformers-serve process after warm-up"}
+
+
+@pytest.mark.parametrize("peaks, llm_used, reserved, named", [
+    ({"asr": 6 * GIB, "tts": 8 * GIB}, 30 * GIB, 15 * GIB, "tts measured 8.0 GiB"),
+    ({"asr": 15 * GIB, "tts": 2 * GIB}, 30 * GIB, 18 * GIB, "asr measured 15.0 GiB"),
+    ({"asr": 6 * GIB, "tts": 2 * GIB}, 50 * GIB, 9 * GIB, "llm measured 50.0 GiB"),
+    ({"asr": 6 * GIB, "tts": 2 * GIB}, 30 * GIB, 25 * GIB, "the Cadence process (asr + tts) holds 25.0 GiB"),
+])
+def test_a_stage_over_its_share_after_warm_up_is_refused_by_name(peaks, llm_used, reserved, named) -> None:
+    plan = plan_memory(THREE, H200.total_bytes)
+    stages = stage_memory(plan, peaks, "transformers", llm_used, reserved)
+    found = measured_problems(stages, plan.total_bytes)
+    assert len(found) == 1 and named in found[0], found
+    with pytest.raises(GPUPlanError, match="refused after warm-up"):
+        check_measured(stages, plan.total_bytes)
+
+
+def test_a_stage_on_the_gpu_without_a_share_is_named() -> None:
+    plan = plan_memory(GPUConfig(asr_fraction=0.2, llm_fraction=0.3), H200.total_bytes)
+    found = measured_problems(stage_memory(plan, {"asr": GIB, "tts": 3 * GIB}, "vllm", None), plan.total_bytes)
+    assert found == ["tts holds 3.0 GiB on the GPU (torch allocator peak over load + warm-up) but has no share; "
+                     "set gpu.tts_fraction to at least 0.021"]
+
+
+def test_unmeasured_llm_is_not_judged_and_transformers_cache_fraction_bounds() -> None:
+    plan = plan_memory(THREE, H200.total_bytes)
+    assert measured_problems(stage_memory(plan, {}, "transformers", None), plan.total_bytes) == []
+    assert transformers_cache_fraction(42 * GIB, 3 * GIB, 100 * GIB, overhead_bytes=GIB) == pytest.approx(38 / 96, abs=1e-4)
+    with pytest.raises(GPUPlanError, match="llm: its share"):
+        transformers_cache_fraction(3 * GIB, 3 * GIB, 100 * GIB)
+
+
+def test_stage_peaks_without_cuda_run_the_stage_and_record_nothing() -> None:
+    peaks = StagePeaks()
+    assert peaks.measure("asr", lambda: 41 + 1) == 42
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        assert peaks.peaks == {}
+
+
+def test_server_refuses_a_stage_over_its_share_after_warm_up_unless_told_to_warn() -> None:
+    from agent.serve import CadenceServer
+
+    cfg = Config()
+    cfg.gpu.asr_fraction, cfg.gpu.llm_fraction, cfg.gpu.tts_fraction = 0.10, 0.30, 0.05
+    server = CadenceServer(cfg)
+    server.memory_plan, server.llm_kind = plan_memory(cfg.gpu, H200.total_bytes), "transformers"
+    over = StagePeaks(peaks={"asr": 6 * GIB, "tts": 9 * GIB})  # tts share: 7 GiB
+    with pytest.raises(GPUPlanError, match="tts measured 9.0 GiB"):
+        server.check_gpu_memory(over)
+    cfg.gpu.check_measured = False
+    stages = server.check_gpu_memory(over)  # logged, not refused
+    assert {s.stage: s.measured_bytes for s in stages}["tts"] == 9 * GIB
+    server.gpu_memory = stages
+    assert {s.stage for s in server.gpu_memory_now()} >= {"asr", "tts", "llm"}  # what /metrics exports
+
+
+def test_metrics_export_gpu_memory_per_stage_and_the_capacity_scrape_reads_it() -> None:
+    from agent.capacity.phone_ramp import parse_scrape
+    from agent.config import BudgetsConfig
+    from agent.metrics.budgets import BudgetMonitor
+    from agent.metrics.prometheus import CadenceCollector, make_registry, render
+    from agent.metrics.stages import StageMetrics
+
+    plan = plan_memory(THREE, H200.total_bytes)
+    stages = StageMetrics()
+    stages.record("asr_final", 120.0)
+    collector = CadenceCollector(stages, BudgetMonitor(BudgetsConfig(), stages),
+                                 gpu_memory=lambda: stage_memory(plan, {"asr": 6 * GIB}, "transformers", 30 * GIB))
+    scrape = parse_scrape(render(make_registry(collector)).decode())
+    assert scrape["gpu_memory_gib"] == {"asr_share": 14.0, "asr": 6.0, "tts_share": 7.0, "llm_share": 42.0,
+                                        "llm": 30.0}
+    assert scrape["tails"]["asr_final"] == pytest.approx(120.0, rel=0.01)

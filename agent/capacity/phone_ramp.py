@@ -1,0 +1,271 @@
+"""``cadence capacity --transport phone``: levels of synthetic phone callers against a running server.
+
+For a level of N callers: they connect over ``/phone/ws`` staggered across the warm-up, talk and
+listen in real time until ``warmup_s + hold_s`` (finishing the turn in flight), and only turns whose
+end of speech falls inside the hold are judged. The server's stage windows are reset when the hold
+begins (``POST /metrics/reset``) and read once every caller has finished its last turn (``GET
+/metrics``): per-stage tails, the server-side delivery ratio, budget breaches and GPU memory per stage.
+
+Judged per turn, from the caller's side: first audible bot audio after the frame holding the
+prompt's last voiced sample was sent; how many bot replies came (Cadence names each reply's marks
+``r<index>-...``: distinct indices between this prompt's end and the next prompt's start); and the
+reply as the caller's player hears it (chunk lateness: how long the player would have run dry).
+The caller-side delivery ratio (received audio seconds per wall second) is reported, but a paced
+phone line delivers at real time by design (about 1.0x plus the 80 ms lead), so the 1.2x headroom
+rule is judged on the server's ``output_rt_ratio`` (TTS audio reaching the transport) instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from loguru import logger
+
+from agent.capacity.analysis import LevelResult, knee, next_level
+from agent.capacity.phone_caller import PhoneCallRecord, Prompt, Ticker, phone_call
+from agent.config import BudgetsConfig
+from agent.metrics.delivery import PlayoutTracker
+
+REPLY_MARK = re.compile(r"^r(\d+)-")
+GIB = 1024**3
+
+
+@dataclass
+class PhoneRampOptions:
+    url: str = "http://127.0.0.1:7860"
+    ramp: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    warmup_s: float = 10.0
+    hold_s: float = 45.0
+    max_wait_s: float = 15.0
+    refine: bool = True
+    all_levels: bool = False  # run every level of the ramp, past failures too
+    seed: int = 1
+
+    @property
+    def ws_url(self) -> str:
+        return self.url.rstrip("/").replace("http://", "ws://").replace("https://", "wss://") + "/phone/ws"
+
+
+@dataclass(frozen=True)
+class PhoneTurn:
+    caller: int
+    eos: float
+    first_audio_ms: float | None
+    replies: int
+    audio_s: float
+    wall_s: float  # first chunk arrival -> end of the last chunk's playout
+    lateness_ms: tuple[float, ...]
+
+
+def phone_turns(record: PhoneCallRecord) -> list[PhoneTurn]:
+    """Each spoken prompt's answer, as the caller saw it (chunks up to the next prompt's start)."""
+    chunks = sorted(record.chunks)
+    marks = sorted(record.marks)
+    out = []
+    for i, eos in enumerate(record.speech_ends):
+        nxt = record.speech_starts[i + 1] if i + 1 < len(record.speech_starts) else float("inf")
+        mine = [c for c in chunks if eos <= c[0] < nxt]
+        first = next((at for at, _, loud in mine if loud), None)
+        ids = {m.group(1) for at, name in marks if eos <= at < nxt and (m := REPLY_MARK.match(name))}
+        tracker = PlayoutTracker()
+        late = [tracker.chunk(at, sec) * 1000.0 for at, sec, _ in mine]
+        audio = sum(sec for _, sec, _ in mine)
+        wall = (mine[-1][0] + mine[-1][1] - mine[0][0]) if mine else 0.0
+        replies = len(ids) if ids else (1 if first is not None else 0)
+        out.append(PhoneTurn(record.caller, eos, None if first is None else (first - eos) * 1000.0, replies,
+                             audio, wall, tuple(late[1:])))
+    return out
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def judge_phone_level(concurrency: int, records: list[PhoneCallRecord], steady_from: float, until: float,
+                      budgets: BudgetsConfig, scrape: dict | None) -> LevelResult:
+    """The caller-side figures over the hold's turns, the server's tails, and pass/fail with reasons."""
+    result = LevelResult(concurrency, transport="phone")
+    ratios: list[float] = []
+    firsts: list[float] = []
+    late: list[float] = []
+    for record in records:
+        turns = [t for t in phone_turns(record) if steady_from <= t.eos <= until]
+        if not turns:
+            continue
+        result.turns += len(turns)
+        result.unanswered += sum(t.first_audio_ms is None for t in turns)
+        result.answered_once += sum(t.replies == 1 and t.first_audio_ms is not None for t in turns)
+        result.answered_more += sum(t.replies > 1 for t in turns)
+        firsts += [t.first_audio_ms for t in turns if t.first_audio_ms is not None]
+        for t in turns:
+            late.extend(t.lateness_ms)
+            result.turn_details.append({
+                "caller": t.caller, "at_s": round(t.eos - steady_from, 2), "answered": t.first_audio_ms is not None,
+                "replies": t.replies, "first_audio_ms": t.first_audio_ms, "audio_s": round(t.audio_s, 2),
+                "max_lateness_ms": max(t.lateness_ms, default=0.0)})
+        if any(t.first_audio_ms is None for t in turns):
+            ratios.append(0.0)
+        else:
+            wall = sum(t.wall_s for t in turns)
+            if wall > 0:
+                ratios.append(sum(t.audio_s for t in turns) / wall)
+        result.caller_late_ticks += record.late_sends
+    result.streams = len(ratios)
+    result.p99_ratio, result.p50_ratio = _pct(ratios, 1.0), _pct(ratios, 50.0)
+    result.first_audio_p50_ms, result.first_audio_p95_ms = _pct(firsts, 50.0), _pct(firsts, 95.0)
+    result.first_audio_p99_ms = _pct(firsts, 99.0)
+    result.lateness_p99_ms, result.lateness_max_ms = _pct(late, 99.0), (max(late) if late else None)
+    if scrape is not None:
+        result.stage_tails = scrape["tails"]
+        result.server_ratio_p1 = scrape["tails"].get("output_rt_ratio")
+        result.gpu_memory_gib = scrape["gpu_memory_gib"]
+        result.breaches = list(scrape["breaches"])
+    reasons = result.reasons
+    failed = [r.refused for r in records if r.refused]
+    if failed:
+        reasons.append(f"{len(failed)} caller(s) failed: {failed[0]}")
+    if result.streams < concurrency:
+        reasons.append(f"only {result.streams} of {concurrency} callers had a judged turn in the hold (hold longer)")
+    if result.unanswered:
+        reasons.append(f"{result.unanswered} turn(s) unanswered")
+    if result.answered_more:
+        reasons.append(f"{result.answered_more} turn(s) answered more than once")
+    if result.first_audio_p99_ms is not None and result.first_audio_p99_ms > budgets.first_audio_p99_ms:
+        reasons.append(f"first audio p99 {result.first_audio_p99_ms:.0f} ms > {budgets.first_audio_p99_ms:.0f} ms")
+    if result.lateness_p99_ms is not None and result.lateness_p99_ms > budgets.output_chunk_lateness_ms:
+        reasons.append(f"caller chunk lateness p99 {result.lateness_p99_ms:.0f} ms > "
+                       f"{budgets.output_chunk_lateness_ms:.0f} ms (the caller's player ran dry)")
+    if scrape is None:
+        reasons.append("no /metrics scrape from the server")
+    elif result.server_ratio_p1 is not None and result.server_ratio_p1 < budgets.output_rt_ratio_min:
+        # (None: every reply reached the transport in one burst, nothing to pace)
+        reasons.append(f"server delivery p1 {result.server_ratio_p1:.2f}x < {budgets.output_rt_ratio_min:.2f}x")
+    reasons.extend(b for b in result.breaches if not b.startswith(("output_rt_ratio", "first_audio")))
+    result.passed = not reasons
+    return result
+
+
+def parse_scrape(text: str) -> dict:
+    """Stage tails (p99; p1 for a ratio), stages in breach, and GPU memory per stage from ``/metrics``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from agent.metrics.scrape import parse_metrics
+
+    scrape = parse_metrics(text)
+    tails: dict[str, float | None] = {}
+    breaches = []
+    for name, row in scrape.rows.items():
+        q = row.quantiles or {}
+        tails[name] = q.get(0.01) if row.unit == "x" else q.get(0.99)
+        if row.in_breach:
+            tail = tails[name]
+            shown = "-" if tail is None else f"{tail:.4g}"
+            breaches.append(f"{name} {'p1' if row.unit == 'x' else 'p99'} {shown} out of budget {row.budget:g}")
+    memory: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "cadence_gpu_memory_measured_bytes":
+                memory[sample.labels["stage"]] = round(sample.value / GIB, 3)
+            elif sample.name == "cadence_gpu_memory_share_bytes":
+                memory[sample.labels["stage"] + "_share"] = round(sample.value / GIB, 3)
+    return {"tails": tails, "breaches": breaches, "gpu_memory_gib": memory,
+            "event_loop_lag_p99_ms": tails.get("event_loop_lag")}
+
+
+def deal_prompts(corpus: list[Prompt], caller: int, turns: int, callers: int) -> list[Prompt]:
+    """Caller ``caller``'s prompts: disjoint across callers while the corpus lasts."""
+    return [corpus[(caller + k * callers) % len(corpus)] for k in range(turns)]
+
+
+async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions,
+                          budgets: BudgetsConfig) -> tuple[LevelResult, list[PhoneCallRecord]]:
+    import httpx
+
+    rng = random.Random(opts.seed * 1000 + n)
+    t0 = time.monotonic()
+    steady_from = t0 + opts.warmup_s
+    stop_at = steady_from + opts.hold_s
+    turns = max(4, int((opts.warmup_s + opts.hold_s) / 3.0) + 2)
+    ticker, ticking = Ticker(), asyncio.Event()
+    ticker_task = asyncio.create_task(ticker.run(ticking))
+    scraped: dict | None = None
+
+    async def one(i: int) -> PhoneCallRecord:
+        await asyncio.sleep(rng.uniform(0.0, opts.warmup_s * 0.6))
+        return await phone_call(opts.ws_url, i, deal_prompts(corpus, i, turns, n), ticker, stop_at=stop_at,
+                                max_wait_s=opts.max_wait_s)
+
+    async def reset_at_hold(http: httpx.AsyncClient) -> bool:
+        await asyncio.sleep(max(0.0, steady_from - time.monotonic()))
+        try:
+            (await http.post(f"{opts.url}/metrics/reset")).raise_for_status()
+            return True
+        except httpx.HTTPError as exc:
+            logger.warning(f"capacity: cannot reset the server's metrics ({exc})")
+            return False
+
+    async with httpx.AsyncClient(timeout=30.0) as http:
+        reset = asyncio.create_task(reset_at_hold(http))
+        records = await asyncio.gather(*(one(i) for i in range(n)))
+        # Read once every caller is done: the windows then hold every turn spoken in the hold, answers
+        # included (callers start no turn after the hold, they only finish the one in flight).
+        if await reset:
+            try:
+                r = await http.get(f"{opts.url}/metrics")
+                r.raise_for_status()
+                scraped = parse_scrape(r.text)
+            except httpx.HTTPError as exc:
+                logger.warning(f"capacity: cannot read the server's metrics ({exc})")
+    ticking.set()
+    await ticker_task
+    result = judge_phone_level(n, list(records), steady_from, stop_at, budgets, scraped)
+    if ticker.late_ticks:
+        logger.info(f"capacity: the callers' ticker missed {ticker.late_ticks}/{ticker.ticks} slots "
+                    f"(max lag {ticker.max_lag_s * 1000:.0f} ms)")
+    return result, list(records)
+
+
+def describe_phone(level: LevelResult) -> str:
+    def f(v: float | None, unit: str = "") -> str:
+        return "-" if v is None else (f"{v:.2f}{unit}" if unit == "x" else f"{v:.0f}{unit}")
+
+    verdict = "PASS" if level.passed else "FAIL: " + "; ".join(level.reasons)
+    tails = level.stage_tails
+    stages = ", ".join(f"{k} {f(tails.get(k), ' ms')}" for k in ("asr_final", "llm_first_token", "tts_first_audio"))
+    mem = ", ".join(f"{k} {v:.1f}" for k, v in level.gpu_memory_gib.items() if not k.endswith("_share"))
+    return (f"{level.concurrency:3d} phone callers: first audio p50 {f(level.first_audio_p50_ms, ' ms')} "
+            f"p95 {f(level.first_audio_p95_ms, ' ms')} p99 {f(level.first_audio_p99_ms, ' ms')}; "
+            f"server p99 {stages}; delivery p1 server {f(level.server_ratio_p1, 'x')} caller "
+            f"{f(level.p99_ratio, 'x')}; lateness p99 {f(level.lateness_p99_ms, ' ms')}; "
+            f"{level.answered_once}/{level.turns} answered once; event-loop lag p99 {f(tails.get('event_loop_lag'), ' ms')}"
+            + (f"; GPU GiB {mem}" if mem else "") + f" -> {verdict}")
+
+
+async def find_phone_capacity(corpus: list[Prompt], opts: PhoneRampOptions, budgets: BudgetsConfig,
+                              on_level: Callable[[int, list[LevelResult]], None] | None = None
+                              ) -> tuple[int, list[LevelResult]]:
+    """Every level of the ramp (``all_levels``), or up the ramp until a failure then bisect.
+    ``on_level(cap so far, levels so far)`` runs after each level (results survive a cut-short run)."""
+    levels: list[LevelResult] = []
+    ramp = list(opts.ramp)
+    pending = list(ramp) if opts.all_levels else None
+    n = pending.pop(0) if pending else next_level(levels, ramp, opts.refine)
+    while n is not None:
+        logger.info(f"capacity: {n} phone callers for {opts.warmup_s:.0f} + {opts.hold_s:.0f} s")
+        level, _records = await run_phone_level(corpus, n, opts, budgets)
+        levels.append(level)
+        print(describe_phone(level), flush=True)
+        if on_level is not None:
+            on_level(knee(levels), sorted(levels, key=lambda r: r.concurrency))
+        await asyncio.sleep(2.0)  # the last level's sessions end before the next one connects
+        if pending is not None:
+            n = pending.pop(0) if pending else None
+        else:
+            n = next_level(levels, ramp, opts.refine)
+    return knee(levels), sorted(levels, key=lambda r: r.concurrency)

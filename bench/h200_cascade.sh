@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The whole cascade on one H200, measured as one system, in one device call (<= 9 minutes, 16 cores).
+# Prepare here once: bench/wheels_cascade.sh (fills .whl/ and .cascade/); the device call carries
+# [".whl", ".cascade"] and runs `bash bench/h200_cascade.sh`.
+#
+#  1. installs the carried wheels into /tmp/site (pipecat 1.14, fastapi/uvicorn/pydantic/openai, ...);
+#  2. writes a random-weight LLM of a real instruct shape (SHAPE, default llama-3.2-1b) and a random
+#     v3-sized Parakeet checkpoint (in parallel, on the GPU), while tests/gpu/test_parakeet_stt_cuda.py
+#     runs Parakeet's pipecat STT service on CUDA as gpu.toml builds it (two callers, one batcher);
+#  3. the LLM alone: `transformers serve --continuous-batching` started exactly as Cadence starts it
+#     (pinned to gpu.device, KV cache sized to gpu.llm_fraction), time to first token p50/p99 at
+#     LLM_LEVELS concurrent chats with replies capped at 48 tokens -> llm_alone.json;
+#  4. `cadence serve --config examples/gpu.toml` (phone line -> Silero VAD + smart-turn -> streaming
+#     Parakeet on CUDA -> the transformers-served LLM -> Kokoro on CUDA), stopped with its LLM server
+#     at exit;
+#  5. `cadence capacity --transport phone`: synthetic phone callers over /phone/ws on loopback, real
+#     recorded prompts, 20 ms mu-law both ways in real time, every level of LEVELS -> capacity.json
+#     (written after every level), capacity.png, cadence-capacity.toml.
+# $OUT gets at most 7 files: capacity.json, capacity.png, cadence-capacity.toml, llm_alone.json,
+# summary.txt, logs.tar.gz (every log), and nvidia-smi.csv.
+# Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S.
+# DRY_RUN=1 runs the same steps on a CPU box (no wheels, toy models, Parakeet and transformers serve on the
+# CPU, Piper for the TTS, PY= the python with Cadence installed): it checks the script, not the figures.
+set -u -o pipefail
+START=$(date +%s)
+BUDGET_S=${BUDGET_S:-520}
+left() { echo $((START + BUDGET_S - $(date +%s))); }
+OUT=${OUT:-/tmp/cascade-out}
+LOGS=/tmp/cascade-logs
+mkdir -p "$OUT" "$LOGS" /tmp/cadence
+LEVELS=${LEVELS:-16,32,64,128,256,320}
+WARMUP=${WARMUP:-8}
+HOLD=${HOLD:-12}
+MAX_WAIT=${MAX_WAIT:-8}
+LLM_LEVELS=${LLM_LEVELS:-1,8,32,64,128,256}
+SHAPE=${SHAPE:-llama-3.2-1b}
+REPLY_TOKENS=${REPLY_TOKENS:-24}  # the cascade's reply cap: ~8 s of speech, so a caller takes a turn every ~11 s
+MAX_LEVEL=$(echo "$LEVELS" | tr ',' '\n' | sort -n | tail -1)
+PORT=7860
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+SERVE_PID=""
+SMI_PID=""
+PY=${PY:-python3}
+DRY=()  # config overrides for DRY_RUN
+TINY=()
+if [ "${DRY_RUN:-0}" = 1 ]; then
+  DRY=(--set asr.device=cpu --set asr.dtype=float32 --set asr.encoder_backend=eager --set tts.engine=piper
+       --set gpu.asr_fraction=0 --set gpu.llm_fraction=0 --set gpu.tts_fraction=0
+       --set "llm.server_args=--device cpu --cb-num-blocks 256")
+  TINY=(--tiny)
+fi
+say() { echo "[$(($(date +%s) - START)) s] $*" | tee -a "$OUT/summary.txt"; }
+
+finish() {
+  if [ -n "$SERVE_PID" ] && kill -0 "$SERVE_PID" 2>/dev/null; then
+    children=$(ps -o pid= --ppid "$SERVE_PID" 2>/dev/null)
+    kill -TERM "$SERVE_PID" 2>/dev/null  # cadence stops its LLM server on SIGTERM
+    for _ in $(seq 20); do kill -0 "$SERVE_PID" 2>/dev/null || break; sleep 1; done
+    kill -KILL "$SERVE_PID" 2>/dev/null
+    for c in $children; do kill -TERM -- "-$c" 2>/dev/null; kill -TERM "$c" 2>/dev/null; done
+  fi
+  [ -n "$SMI_PID" ] && kill "$SMI_PID" 2>/dev/null
+  [ -f "$LOGS/nvidia-smi.csv" ] && cp "$LOGS/nvidia-smi.csv" "$OUT/"
+  tar -czf "$OUT/logs.tar.gz" -C /tmp cascade-logs 2>/dev/null
+  say "done; files: $(ls "$OUT" | tr '\n' ' ')"
+}
+trap finish EXIT
+
+# 1. wheels ------------------------------------------------------------------------------------
+if [ "${DRY_RUN:-0}" != 1 ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl/*.whl > "$LOGS/pip.log" 2>&1 || { say "pip install failed"; tail -20 "$LOGS/pip.log"; exit 1; }
+fi
+export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+export CADENCE_COMMIT="$(head -1 .cascade/COMMIT 2>/dev/null || echo unknown)"
+say "commit $CADENCE_COMMIT; wheels installed"
+"$PY" - <<'P' 2>&1 | tee "$LOGS/env.txt" | tee -a "$OUT/summary.txt"
+import importlib, torch, transformers
+gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+print("torch", torch.__version__, gpu, "transformers", transformers.__version__)
+for m in ("pipecat", "fastapi", "uvicorn", "websockets", "pynvml", "tts.kokoro", "agent.serve",
+          "transports.phone.server_ext"):
+    try:
+        importlib.import_module(m)
+        print("  import ok:", m)
+    except Exception as exc:
+        print("  IMPORT FAILED:", m, repr(exc)[:300])
+P
+nvidia-smi --query-gpu=timestamp,memory.used,memory.total,utilization.gpu --format=csv -l 5 \
+  > "$LOGS/nvidia-smi.csv" 2>/dev/null &
+SMI_PID=$!
+
+# 2. random-weight models (and, alongside, Parakeet's pipecat STT service on CUDA as gpu.toml builds it) --
+timeout 200 "$PY" -m pytest -q -p no:cacheprovider tests/gpu/test_parakeet_stt_cuda.py > "$LOGS/pytest_stt_cuda.log" 2>&1 &
+STT_TEST=$!
+timeout 200 "$PY" bench/llm_checkpoint.py /tmp/cadence/llm --shape "$SHAPE" "${TINY[@]}" > "$LOGS/llm_checkpoint.log" 2>&1 &
+LLM_BUILD=$!
+timeout 200 "$PY" bench/parakeet_checkpoint.py /tmp/cadence/parakeet-v3 "${TINY[@]}" > "$LOGS/parakeet_checkpoint.log" 2>&1
+PK_RC=$?
+wait $LLM_BUILD; LLM_RC=$?
+say "llm checkpoint rc=$LLM_RC: $(tail -1 "$LOGS/llm_checkpoint.log" | cut -c1-200)"
+say "parakeet checkpoint rc=$PK_RC: $(tail -1 "$LOGS/parakeet_checkpoint.log" | cut -c1-300)"
+wait $STT_TEST
+say "Parakeet STT service on CUDA under pipecat (tests/gpu/test_parakeet_stt_cuda.py): $(tail -1 "$LOGS/pytest_stt_cuda.log")"
+[ $LLM_RC -eq 0 ] && [ $PK_RC -eq 0 ] || { tail -30 "$LOGS/llm_checkpoint.log" "$LOGS/parakeet_checkpoint.log"; exit 1; }
+
+# 3. the LLM alone -------------------------------------------------------------------------------
+timeout 170 "$PY" bench/llm_alone.py --config examples/gpu.toml --set llm.temperature=1.0 "${DRY[@]}" \
+  --levels "$LLM_LEVELS" --max-tokens 48 --server-log "$LOGS/llm-alone-server.log" --out "$OUT/llm_alone.json" \
+  2>&1 | tee "$LOGS/llm_alone.log" | grep -E "^chats|server" | tee -a "$OUT/summary.txt"
+
+# 4. cadence serve -------------------------------------------------------------------------------
+SETS=(--set "admission.max_sessions=$MAX_LEVEL" --set admission.queue_size=0 --set admission.budget_gate=false
+      --set llm.temperature=1.0 --set "llm.max_tokens=$REPLY_TOKENS" --set "llm.server_log=$LOGS/llm-server.log"
+      --set budgets.window_s=900 --set gpu.check_measured=false "${DRY[@]}")
+[ -n "${TTS_ENGINE:-}" ] && SETS+=(--set "tts.engine=$TTS_ENGINE")
+"$PY" -m agent.cli serve --config examples/gpu.toml --port $PORT "${SETS[@]}" > "$LOGS/serve.log" 2>&1 &
+SERVE_PID=$!
+READY=0
+for _ in $(seq 600); do
+  grep -q "Cadence is ready" "$LOGS/serve.log" && { READY=1; break; }
+  kill -0 $SERVE_PID 2>/dev/null || break
+  [ "$(left)" -lt 120 ] && break
+  sleep 1
+done
+grep -E "GPU memory|GPU memory plan|LLM \(|engines ready|GIL|refused|Error|error" "$LOGS/serve.log" | cut -c1-300 \
+  | head -30 | tee -a "$OUT/summary.txt"
+[ $READY -eq 1 ] || { say "cadence serve did not become ready"; tail -40 "$LOGS/serve.log"; exit 1; }
+say "cadence serve ready; $(left) s left"
+
+# 5. capacity over the phone line ----------------------------------------------------------------
+CAP_T=$(($(left) - 20))
+timeout "$CAP_T" "$PY" -m agent.cli capacity --config examples/gpu.toml --transport phone \
+  --url "http://127.0.0.1:$PORT" --prompts .cascade/prompts.npz --levels "$LEVELS" --warmup "$WARMUP" \
+  --hold "$HOLD" --max-wait "$MAX_WAIT" --all-levels --no-refine --out-dir "$OUT" \
+  --write-config "$OUT/cadence-capacity.toml" 2>&1 | tee "$LOGS/capacity.log" \
+  | grep -E "phone callers|capacity:|results|error" | tee -a "$OUT/summary.txt"
+curl -s "http://127.0.0.1:$PORT/metrics" > "$LOGS/metrics-final.txt"
+curl -s "http://127.0.0.1:$PORT/phone/calls" > "$LOGS/phone-calls.json"

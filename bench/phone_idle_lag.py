@@ -1,0 +1,102 @@
+"""Event-loop lag of one ``cadence serve`` process against the number of connected phone sessions.
+
+Each session is a real call over ``/phone/ws`` (the light callers of ``cadence capacity --transport
+phone``) that keeps its line open and sends 8 kHz mu-law silence every 20 ms, as a live line does,
+without speaking: every session runs its whole pipeline (transport, decode and resampling, Silero
+VAD on every 32 ms, the turn analyzer, idle ASR/LLM/TTS stages), none triggers the models. That is
+the per-session floor a process pays whatever its callers say, and it is the part that grows with
+the number of sessions on one event loop. Per level, after the server's windows are reset: the
+server's event-loop lag p50/p99/max (a 50 ms timer, ``/metrics``), and the callers' own ticker lag
+(their process shares the machine, so it is reported too).
+
+    python bench/phone_idle_lag.py --url http://127.0.0.1:7860 --levels 4,16,32,64 --hold 12 --out lag.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx  # noqa: E402
+
+from agent.capacity.phone_caller import PhoneCaller, Prompt, Ticker  # noqa: E402
+from agent.metrics.scrape import parse_metrics  # noqa: E402
+
+A_TONE = Prompt.from_pcm8k("unused", (b"\x00\x10" * 160))  # never spoken: callers stay silent
+
+
+def cpu_s(pid: int | None) -> float | None:
+    """CPU seconds (user + system) the server process has used, its threads included."""
+    if pid is None:
+        return None
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+async def level(url: str, n: int, hold_s: float, pid: int | None = None) -> dict:
+    ws = url.replace("http://", "ws://") + "/phone/ws"
+    ticker, stop = Ticker(), asyncio.Event()
+    task = asyncio.create_task(ticker.run(stop))
+    callers = [PhoneCaller(ws, i, [A_TONE], stop_at=math.inf) for i in range(n)]
+    connected = await asyncio.gather(*(c.connect() for c in callers))
+    for c in callers:
+        c._silence_until = math.inf  # listen only: line silence every 20 ms, no prompt
+        ticker.add(c)
+    async with httpx.AsyncClient(timeout=30) as http:
+        await asyncio.sleep(3.0)  # every pipeline started
+        (await http.post(f"{url}/metrics/reset")).raise_for_status()
+        t0, c0 = time.monotonic(), cpu_s(pid)
+        await asyncio.sleep(hold_s)
+        text = (await http.get(f"{url}/metrics")).text
+        wall, c1 = time.monotonic() - t0, cpu_s(pid)
+        ticks0 = ticker.ticks
+    row = parse_metrics(text).rows["event_loop_lag"]
+    q = row.quantiles or {}
+    cores = None if c0 is None or c1 is None else (c1 - c0) / wall
+    result = {"sessions": n, "connected": sum(connected), "hold_s": round(wall, 1),
+              "server_cores": None if cores is None else round(cores, 3),
+              "server_cpu_ms_per_session_s": None if cores is None else round(cores * 1000 / n, 2),
+              "loop_lag_p50_ms": q.get(0.5), "loop_lag_p99_ms": q.get(0.99), "loop_lag_max_ms": row.max,
+              "loop_lag_samples": row.count, "caller_ticks": ticks0, "caller_late_ticks": ticker.late_ticks,
+              "caller_max_lag_ms": round(ticker.max_lag_s * 1000, 1)}
+    await asyncio.gather(*(c.hang_up() for c in callers))
+    stop.set()
+    await task
+    print(json.dumps(result), flush=True)
+    return result
+
+
+async def main_async(args: argparse.Namespace) -> list[dict]:
+    rows = []
+    for n in args.levels:
+        rows.append(await level(args.url, n, args.hold, args.pid))
+        await asyncio.sleep(2.0)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default="http://127.0.0.1:7860")
+    parser.add_argument("--levels", default="4,16,32,64")
+    parser.add_argument("--hold", type=float, default=12.0)
+    parser.add_argument("--pid", type=int, help="the server's pid: report its CPU use (psutil)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    args.levels = [int(x) for x in args.levels.split(",")]
+    rows = asyncio.run(main_async(args))
+    if args.out:
+        args.out.write_text(json.dumps({"levels": rows, "url": args.url}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

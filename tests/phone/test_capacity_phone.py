@@ -1,0 +1,94 @@
+"""``cadence capacity --transport phone`` against a real ``cadence serve`` (embedded models) on loopback:
+synthetic callers speak recorded prompts over ``/phone/ws`` in real time and judge what comes back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from agent.capacity.corpus import phone_prompts, read_ulaw_pack, recorded_prompts, write_ulaw_pack
+from agent.capacity.phone_caller import FRAME_S, PhoneCallRecord, Prompt, audible
+from agent.capacity.phone_ramp import judge_phone_level, phone_turns
+from agent.config import BudgetsConfig
+from tests.servers import ROOT, cadence_serve
+
+
+def test_two_phone_callers_against_a_real_server(tmp_path):
+    pack = write_ulaw_pack(tmp_path / "prompts.npz", recorded_prompts()[:40])
+    with cadence_serve("admission.max_sessions=2", "admission.budget_gate=false",
+                       log_path=tmp_path / "serve.log") as srv:
+        t0 = time.monotonic()
+        out = subprocess.run(
+            [sys.executable, "-m", "agent.cli", "capacity", "--transport", "phone", "--url", srv["url"],
+             "--prompts", str(pack), "--levels", "2", "--warmup", "2", "--hold", "10", "--max-wait", "20",
+             "--all-levels", "--out-dir", str(tmp_path / "out"), "--write-config", str(tmp_path / "cap.toml")],
+            cwd=ROOT, capture_output=True, text=True, timeout=180)
+        took = time.monotonic() - t0
+        calls = __import__("httpx").get(f"{srv['url']}/phone/calls").json()
+    print(out.stdout[-2000:], f"\ncapacity run: {took:.0f} s")
+    result = json.loads((tmp_path / "out" / "capacity.json").read_text())
+    assert (tmp_path / "out" / "capacity.png").stat().st_size > 10_000
+    assert result["transport"] == "phone" and result["commit"] and result["prompts"]["count"] == 40
+    level = result["levels"][0]
+    assert level["concurrency"] == 2 and level["transport"] == "phone"
+    assert level["turns"] >= 2 and level["unanswered"] == 0, level["reasons"]
+    assert level["answered_once"] + level["answered_more"] == level["turns"]
+    assert 0 < level["first_audio_p50_ms"] <= level["first_audio_p99_ms"] < 20_000
+    # the server's windows were reset at the hold and read at its end
+    assert level["stage_tails"]["asr_final"] is not None and level["stage_tails"]["first_audio"] is not None
+    # both callers were real calls on the server; nothing is left connected
+    assert len(calls["recent"]) >= 2 and not calls["active"]
+    assert len({c["stream_sid"] for c in calls["recent"]}) >= 2
+    assert any(t["transcript"] for c in calls["recent"] for t in c["turns"])  # the prompts were heard
+
+
+def test_prompt_pack_round_trip_and_end_of_speech(tmp_path):
+    paths = recorded_prompts()[:5]
+    pack = write_ulaw_pack(tmp_path / "p.npz", paths)
+    loaded = read_ulaw_pack(pack)
+    assert [n for n, _ in loaded] == [p.stem for p in paths]
+    prompts = phone_prompts(pack)
+    assert len({p.name for p in prompts}) == 5
+    p = prompts[0]
+    assert 0 <= p.first_voiced < p.last_voiced < len(p.payloads)
+    ulaw = b"".join(__import__("base64").b64decode(x) for x in p.payloads)
+    frames = [ulaw[i:i + 160] for i in range(0, len(ulaw), 160)]
+    assert audible(frames[p.last_voiced]) and not any(audible(f) for f in frames[p.last_voiced + 1:])
+
+
+def _record(eos: float, chunks, marks) -> PhoneCallRecord:
+    rec = PhoneCallRecord(0, speech_starts=[eos - 1.0], speech_ends=[eos])
+    rec.chunks = [(at, FRAME_S, True) for at in chunks]
+    rec.marks = marks
+    return rec
+
+
+def test_judge_counts_replies_first_audio_and_dry_player():
+    paced = [10.3 + 0.02 * i for i in range(50)]  # first audio 300 ms after the last voiced frame
+    once = _record(10.0, paced, [(11.0, "r1-500"), (11.3, "r1-1000-end")])
+    twice = _record(10.0, paced + [13.0 + 0.02 * i for i in range(20)], [(11.0, "r1-1000-end"), (13.4, "r2-400-end")])
+    gap = _record(10.0, paced[:25] + [p + 0.5 for p in paced[25:]], [(11.5, "r1-1000-end")])
+    turns = phone_turns(once)
+    assert len(turns) == 1 and abs(turns[0].first_audio_ms - 300.0) < 1e-6 and turns[0].replies == 1
+    assert phone_turns(twice)[0].replies == 2
+    assert max(phone_turns(gap)[0].lateness_ms) > 400  # the player ran dry for half a second
+    scrape = {"tails": {"output_rt_ratio": 1.5, "asr_final": 100.0}, "breaches": [], "gpu_memory_gib": {"llm": 3.0}}
+    ok = judge_phone_level(1, [once], 0.0, 100.0, BudgetsConfig(), scrape)
+    assert ok.passed and ok.answered_once == 1 and ok.gpu_memory_gib == {"llm": 3.0}
+    bad = judge_phone_level(3, [once, twice, gap], 0.0, 100.0, BudgetsConfig(), scrape)
+    assert not bad.passed and bad.answered_more == 1
+    assert any("answered more than once" in r for r in bad.reasons)
+    assert any("ran dry" in r for r in bad.reasons)
+    slow = judge_phone_level(1, [once], 0.0, 100.0, BudgetsConfig(), {**scrape, "tails": {"output_rt_ratio": 1.1}})
+    assert any("server delivery p1 1.10x < 1.20x" in r for r in slow.reasons)
+
+
+def test_prompt_without_speech_is_refused():
+    try:
+        Prompt.from_ulaw("silence", b"\xff" * 1600)
+    except ValueError as exc:
+        assert "no audible frame" in str(exc)
+    else:
+        raise AssertionError("a silent prompt was accepted")
