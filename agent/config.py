@@ -81,6 +81,9 @@ class ASRConfig:
     chunk_ms: int = 160
     left_context_s: float = 10.0
     right_context_ms: int = 0
+    # Parakeet streaming: a partial per caller every this much audio (staggered across callers),
+    # 0 = every chunk. 640 ms cut the windows per caller 4x (asr/parakeet/README.md).
+    partial_interval_ms: int = 640
 
 
 @dataclass
