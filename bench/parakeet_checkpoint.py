@@ -40,7 +40,6 @@ def write_tokenizer(out: Path, vocab_size: int) -> None:
 
 
 def build(out: Path, tiny: bool = False, seed: int = 0) -> dict:
-    from transformers import ParakeetFeatureExtractor
 
     from asr.parakeet.features import FeatureConfig
 
@@ -60,7 +59,7 @@ def build(out: Path, tiny: bool = False, seed: int = 0) -> dict:
     model.save_pretrained(out)
     vocab = model.config.vocab_size - 1  # the last id is blank
     write_tokenizer(out, vocab)
-    ParakeetFeatureExtractor(**FeatureConfig(n_mels=model.config.encoder_config.num_mel_bins).to_hf()).save_pretrained(out)
+    FeatureConfig(n_mels=model.config.encoder_config.num_mel_bins).save_hf(out)
     params = sum(p.numel() for p in model.parameters())
     meta = {"params_m": round(params / 1e6, 1), "vocab": vocab, "seconds": round(time.perf_counter() - t0, 1),
             "random_weights": True, **info}

@@ -8,7 +8,9 @@ over the valid frames (unbiased std, ``+1e-5``), padded frames set to 0. No dith
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -65,6 +67,18 @@ class FeatureConfig:
             "feature_size": self.n_mels, "sampling_rate": self.sample_rate, "hop_length": self.hop_length,
             "n_fft": self.n_fft, "win_length": self.win_length, "preemphasis": self.preemphasis,
         }
+
+    def save_hf(self, folder: str | Path) -> Path:
+        """Write ``preprocessor_config.json`` as ``ParakeetFeatureExtractor.save_pretrained`` does.
+
+        Written directly: transformers' extractor class needs librosa just to be built, which GPU
+        images often lack.
+        """
+        path = Path(folder) / "preprocessor_config.json"
+        body = {"feature_extractor_type": "ParakeetFeatureExtractor", **self.to_hf(), "padding_side": "right",
+                "padding_value": 0.0, "return_attention_mask": True}
+        path.write_text(json.dumps(dict(sorted(body.items())), indent=2) + "\n")
+        return path
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -175,15 +175,13 @@ def _checked(ckpt: ParakeetCheckpoint) -> ParakeetCheckpoint:
 
 def convert_nemo(nemo_path: str | Path, out_dir: str | Path) -> Path:
     """Write a ``.nemo`` archive as a transformers-format folder (weights, config, tokenizer, features)."""
-    from transformers import ParakeetFeatureExtractor
-
     ckpt = _load_nemo(Path(nemo_path))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ckpt.model.save_pretrained(out)
     assert isinstance(ckpt.tokenizer, SentencePieceTokenizer)
     (out / "tokenizer.model").write_bytes(ckpt.tokenizer.model_bytes)
-    ParakeetFeatureExtractor(**ckpt.features.to_hf()).save_pretrained(out)
+    ckpt.features.save_hf(out)
     try:
         from transformers.convert_slow_tokenizer import ParakeetConverter
 

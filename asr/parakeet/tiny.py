@@ -234,8 +234,6 @@ def make_tiny_checkpoint(
     blank_bias: float | None = None, hidden: int = 64, pred_hidden: int = 64,
 ) -> Path:
     """Write a tiny transformers-format ``ParakeetForTDT`` folder; return its path."""
-    from transformers import ParakeetFeatureExtractor
-
     from asr.parakeet.features import FeatureConfig
 
     out = Path(out_dir)
@@ -244,7 +242,7 @@ def make_tiny_checkpoint(
     model.save_pretrained(out)
     (out / "tokenizer.model").write_bytes(sp_model)
     _write_tokenizer_json(out / "tokenizer.model", out)
-    ParakeetFeatureExtractor(**FeatureConfig().to_hf()).save_pretrained(out)
+    FeatureConfig().save_hf(out)
     blank = float(model.joint.head.bias[vocab_size].detach())
     (out / "cadence_tiny.json").write_text(json.dumps({"seed": seed, "blank_bias": blank, "layers": layers}))
     return out
