@@ -16,8 +16,8 @@ from loguru import logger
 COMMAND_MODULES = (
     "agent.commands",
     "agent.ops_commands",
-    "asr.cli",
-    "asr.server_cli",
+    "agent.cli_transcribe",
+    "agent.cli_transcribe_server",
 )
 
 

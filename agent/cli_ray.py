@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from asr.offline.engine import EngineSpec
+    from asr.offline.window_engine import EngineSpec
 
 
 class RayCorpusError(Exception):

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.cli import add_config_args
+from agent.cli_ray import add_ray_arguments
 from agent.commands import UserError, effective_config, friendly
-from asr.offline.ray_cli import add_ray_arguments
 
 
 def _add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -28,19 +28,20 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def _engine_spec(args: argparse.Namespace, config: Any) -> Any:
-    from asr.offline.engine import EngineSpec
+    from agent.models import resolve_engine_spec
+    from asr.offline.window_engine import EngineSpec
 
     asr = config.asr
-    return EngineSpec(
+    return resolve_engine_spec(EngineSpec(
         engine=args.engine or asr.engine, model=args.model if args.model is not None else asr.model,
         device=args.device or asr.device, compute_type=asr.compute_type, dtype=asr.dtype,
         encoder_backend=asr.encoder_backend, max_batch=args.max_batch, pack=args.pack,
         parakeet_backend=args.parakeet_backend, profiles=args.profiles,
-    )
+    ))
 
 
 def _load_engine(spec: Any) -> Any:
-    from asr.offline.engine import make_engine
+    from asr.offline.engine_factory import make_engine
 
     try:
         return make_engine(spec)
@@ -52,8 +53,8 @@ def cmd_transcribe_server(args: argparse.Namespace) -> int:
     config = effective_config(args)
     spec = _engine_spec(args, config)
     from agent.runtime import run
-    from asr.offline.pipeline import OfflineTranscriber
     from asr.offline.server import ServerOptions, serve
+    from asr.offline.transcriber import OfflineTranscriber
 
     engine = _load_engine(spec)
     options = ServerOptions(max_upload_mb=args.max_upload_mb, max_audio_s=args.max_audio_s,
@@ -70,7 +71,7 @@ def cmd_transcribe_server(args: argparse.Namespace) -> int:
 
 def cmd_transcribe_ray(args: argparse.Namespace) -> int:
     spec = _engine_spec(args, effective_config(args))
-    from asr.offline.ray_cli import RayCorpusError, transcribe_corpora
+    from agent.cli_ray import RayCorpusError, transcribe_corpora
 
     try:
         return transcribe_corpora(spec, [args.dir], args.out, args, args.format, args.language)

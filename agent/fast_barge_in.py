@@ -18,7 +18,7 @@ from pipecat.frames.frames import (
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
-from transports.phone.barge_in import level_dbfs
+from transports.audio_level import LoudnessGate
 
 
 class FastBargeIn(FrameProcessor):
@@ -28,10 +28,7 @@ class FastBargeIn(FrameProcessor):
                  floor_rise_db_per_s: float = 3.0, **kwargs):
         super().__init__(**kwargs)
         self._start_s = start_ms / 1000.0
-        self._min_level = min_level_dbfs
-        self._snr = snr_db
-        self._rise_per_s = floor_rise_db_per_s
-        self._floor = -120.0
+        self._gate = LoudnessGate(min_level_dbfs, snr_db, floor_rise_db_per_s)
         self._loud_s = 0.0
         self._bot_speaking = False
         self._fired = False
@@ -49,10 +46,7 @@ class FastBargeIn(FrameProcessor):
 
     async def _listen(self, frame: InputAudioRawFrame) -> None:
         seconds = len(frame.audio) / 2 / frame.num_channels / frame.sample_rate
-        level = level_dbfs(frame.audio)
-        loud = level >= max(self._min_level, self._floor + self._snr)
-        # Minimum tracking: drops at once to quieter audio, creeps up slowly under steady noise.
-        self._floor = level if level < self._floor else min(level, self._floor + self._rise_per_s * seconds)
+        loud = self._gate.loud(frame.audio, seconds)
         self._loud_s = self._loud_s + seconds if loud else 0.0
         if self._bot_speaking and not self._fired and self._loud_s >= self._start_s:
             self._fired = True

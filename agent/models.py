@@ -1,13 +1,20 @@
 """Where the embedded default models live: inside installed packages, never downloaded.
 
 Each locator finds files through the package's import spec without importing it (some of
-these packages import heavy or missing dependencies at import time).
+these packages import heavy or missing dependencies at import time). The runtime resolves these
+paths and passes them to the stages (``asr/``, ``tts/``), which never look for them themselves.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from asr.offline.window_engine import EngineSpec
+    from asr.options import ASRConfig
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -47,3 +54,18 @@ def piper_voice() -> Path:
     if not found:
         raise ModelNotFoundError(f"no .onnx voice under {root}")
     return found[0]
+
+
+def resolve_whisper_path(asr: ASRConfig) -> str:
+    """``asr.model``, or (empty) the embedded Whisper tiny.en: what the ASR stage is given to load."""
+    return asr.model or str(whisper_model_dir())
+
+
+def resolve_engine_spec(spec: EngineSpec) -> EngineSpec:
+    """An offline engine spec with the embedded Whisper filled in where ``spec.model`` is empty.
+
+    The stages never locate embedded models themselves; the model keeps its public name.
+    """
+    if spec.engine != "whisper" or spec.model:
+        return spec
+    return dataclasses.replace(spec, model=str(whisper_model_dir()), name=spec.name or "whisper-tiny.en")

@@ -1,6 +1,7 @@
 """Cadence server extension: phone callers on ``GET /phone/ws`` (Twilio Media Streams protocol).
 
-``agent.server_factory`` imports this module and calls ``install(server)``; the route hook then
+The runtime registers the phone transport's routes (``transports.phone`` never imports the
+runtime). ``agent.server_factory`` imports this module and calls ``install(server)``; the route hook then
 adds the phone routes when the app is built, behind the server's admission gate. Options come
 from a ``[phone]`` config section when the config has one (same field names as ``PhoneOptions``),
 then from ``$CADENCE_PHONE_OPTIONS`` (a JSON object of the same fields), e.g.

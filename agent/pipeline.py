@@ -32,9 +32,10 @@ from pipecat.turns.user_start import VADUserTurnStartStrategy
 from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy, TurnAnalyzerUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
-from agent.barge_in import FastBargeIn
 from agent.config import Config
+from agent.fast_barge_in import FastBargeIn
 from agent.llm_stage import CadenceLLMService
+from agent.models import piper_voice
 from tts.engines import TTSEngine, create_engine
 from tts.service import CadenceTTSService
 
@@ -63,7 +64,7 @@ class Engines:
 
     @classmethod
     def load(cls, config: Config, llm_base_url: str, llm_model: str) -> Engines:
-        tts_engine = create_engine(config.tts)
+        tts_engine = create_engine(config.tts, piper_voice)
         engines = cls(config, llm_base_url, llm_model, tts_engine)
         engines.warm_asr()
         engines.warm_tts()
@@ -76,7 +77,8 @@ class Engines:
         if self.config.asr.engine == "whisper":
             import numpy as np
 
-            from asr.whisper_stt import resolve_whisper_path, shared_whisper_model, transcribe_greedy
+            from agent.models import resolve_whisper_path
+            from asr.whisper_model import shared_whisper_model, transcribe_greedy
 
             model = shared_whisper_model(resolve_whisper_path(self.config.asr), self.config.asr.device,
                                          self.config.asr.compute_type)
@@ -109,9 +111,10 @@ class Engines:
     def make_stt(self) -> Any:
         asr = self.config.asr
         if asr.engine == "whisper":
+            from agent.models import resolve_whisper_path
             from asr.whisper_stt import create_whisper_stt
 
-            return create_whisper_stt(asr)
+            return create_whisper_stt(asr, resolve_whisper_path(asr))
         if asr.engine == "parakeet":
             from asr.parakeet.stt_service import create_parakeet_stt
 

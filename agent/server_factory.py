@@ -13,7 +13,7 @@ from agent.serve import CadenceServer
 
 EXTENSIONS = (
     "agent.metrics_http",
-    "transports.phone.server_ext",
+    "agent.phone_routes",
 )
 
 

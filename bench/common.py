@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from asr.parakeet.tiny import NO_DROPOUT
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SAMPLE_RATE = 16000
 BLANK = 8192
@@ -38,12 +40,8 @@ V3_ENCODER = dict(
     num_mel_bins=128,
     subsampling_conv_kernel_size=3,
     subsampling_conv_stride=2,
-    dropout=0.0,
-    dropout_positions=0.0,
-    layerdrop=0.0,
-    activation_dropout=0.0,
-    attention_dropout=0.0,
     scale_input=False,
+    **NO_DROPOUT,
 )
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from asr.parakeet.decoder import DecodedSeq
+from asr.parakeet.decoding.label_looping import DecodedSeq
 
 
 def tokens_per_frame(results: list[DecodedSeq], enc_lengths: list[int]) -> float:
@@ -68,11 +68,11 @@ def calibrated_model(
     Durations are spread first (``calibrate_emission``), then the blank bias is bisected on
     ``clips`` random clips encoded by the (uncompiled) FastConformer.
     """
-    from asr.parakeet.decoder import LabelLoopingDecoder
-    from asr.parakeet.gpu.fast_encoder import FastConformer
-    from asr.parakeet.gpu.features import LogMel
+    from asr.parakeet.decoding.graph_decoder import GraphDecoder
+    from asr.parakeet.decoding.label_looping import LabelLoopingDecoder
+    from asr.parakeet.encoders.fast_conformer import FastConformer
     from asr.parakeet.gpu.frontend_graphs import host_encoder_lengths
-    from asr.parakeet.gpu.graph_decoder import GraphDecoder
+    from asr.parakeet.gpu.log_mel import LogMel
     from bench.common import calibrate_emission, make_model, random_audio
 
     model = make_model(seed=seed)

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from asr.parakeet.gpu.features import LogMel
-from asr.parakeet.gpu.offline import GpuTranscriber
-from asr.parakeet.gpu.profiles import ShapeProfile, aligned_frames
+from asr.parakeet.encoders.shape_profiles import ShapeProfile, aligned_frames
+from asr.parakeet.gpu.fast_transcriber import GpuTranscriber
+from asr.parakeet.gpu.log_mel import LogMel
 from bench.common import host_time, random_audio, write_result
 from bench.emission import calibrated_model
 

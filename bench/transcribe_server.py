@@ -56,9 +56,9 @@ class _NumberedTokenizer:
 def random_v3_engine(spec: Any) -> Any:
     """Parakeet-TDT 0.6B v3's architecture with random weights, emitting ~0.3 tokens per frame
     (``bench.emission``): the GPU cost of the real model without its checkpoint (CUDA only)."""
-    from asr.offline.engine import parakeet_backend
     from asr.offline.parakeet_engine import ParakeetWindowEngine
     from asr.offline.plan import PlanOptions
+    from asr.offline.window_engine import parakeet_backend
     from asr.parakeet.engine import ParakeetEngine
     from asr.parakeet.features import FeatureConfig
     from asr.parakeet.loading import ParakeetCheckpoint, parse_dtype
@@ -93,14 +93,16 @@ def random_v3_engine(spec: Any) -> Any:
 
 def serve_main(args: argparse.Namespace) -> None:
     """Child process: build the engine, serve, print the URL."""
-    from asr.offline.engine import EngineSpec, make_engine
-    from asr.offline.pipeline import OfflineTranscriber
+    from agent.models import resolve_engine_spec
+    from asr.offline.engine_factory import make_engine
     from asr.offline.server import ServerOptions, serve
+    from asr.offline.transcriber import OfflineTranscriber
+    from asr.offline.window_engine import EngineSpec
 
     spec = EngineSpec(engine=args.engine, model=args.model, device=args.device, max_batch=args.max_batch,
                       dtype=args.dtype, encoder_backend=args.encoder_backend, pack=True,
                       parakeet_backend=args.parakeet_backend, profiles=args.profiles)
-    engine = random_v3_engine(spec) if args.model == "random-v3" else make_engine(spec)
+    engine = random_v3_engine(spec) if args.model == "random-v3" else make_engine(resolve_engine_spec(spec))
     options = ServerOptions(max_upload_mb=4096, max_audio_s=5 * 3600, max_inflight=1024)
     asyncio.run(serve(OfflineTranscriber(engine, args.max_batch or None), "127.0.0.1", 0, options,
                       lambda url: print(f"READY {url} {engine.name}", flush=True)))
@@ -108,11 +110,11 @@ def serve_main(args: argparse.Namespace) -> None:
 
 def speech(seconds: float, seed: int) -> np.ndarray:
     try:
-        from tests.corpus import SOUNDS  # needs pytest
+        from testkit.corpus import SOUNDS  # needs pytest
     except ImportError:
         SOUNDS = Path("/nonexistent")
     if SOUNDS.is_dir():
-        from bench.offline_audio import speech_track
+        from testkit.offline_audio import speech_track
 
         return speech_track(seconds, seed=seed)[0]
     # No Asterisk prompts here (the GPU machine): speech-like harmonics with pauses in room tone.

@@ -28,7 +28,7 @@ from agent.config import load_config  # noqa: E402
 from agent.llm_server import embedded_llama_server  # noqa: E402
 from agent.pipeline import Engines  # noqa: E402
 from agent.talk import talk  # noqa: E402
-from tests.corpus import prompts, wer  # noqa: E402
+from testkit.corpus import prompts, wer  # noqa: E402
 from transports.audio_io import load_audio  # noqa: E402
 
 PROMPTS = ["agent-pass", "auth-incorrect", "conf-getpin", "pbx-invalid", "vm-enter-num-to-call",

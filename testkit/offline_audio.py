@@ -1,6 +1,6 @@
 """Audio for offline-transcription tests and benchmarks, built from real recorded speech.
 
-Speech comes from Debian's Asterisk prompts (``tests.corpus``: 8 kHz telephone recordings
+Speech comes from Debian's Asterisk prompts (``testkit.corpus``: 8 kHz telephone recordings
 with transcripts). ``speech_track`` strings prompts together with short pauses (a talker who
 never stops for long); ``sparse_track`` drops a few prompts into hours of near-silence
 (digital silence, or room tone at ``noise_db``), the cheap way to make a 3-hour file that still has words.
@@ -24,7 +24,7 @@ class Placed:
 
 def _prompts(min_words: int = 3) -> list[tuple[np.ndarray, str]]:
     from asr.offline.decode import decode_file
-    from tests.corpus import prompts
+    from testkit.corpus import prompts
 
     # "(9 seconds of silence)", 'IAX (note: does not say "2")': stage directions, not words spoken.
     return [(decode_file(p.path, 16000), p.text) for p in prompts(min_words=min_words) if "(" not in p.text]

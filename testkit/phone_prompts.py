@@ -7,7 +7,7 @@ from functools import cache
 
 import numpy as np
 
-from tests.corpus import Prompt, pick
+from testkit.corpus import Prompt, pick
 
 
 @cache

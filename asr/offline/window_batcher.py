@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from asr.offline.engine import WindowEngine
 from asr.offline.packing import GAP_S, Pack, pack, run_packs
 from asr.offline.results import Word
+from asr.offline.window_engine import WindowEngine
 
 
 @dataclass(eq=False)

@@ -1,4 +1,7 @@
-"""The contract between the offline pipeline and an ASR engine, and how engines are made.
+"""The contract between the offline pipeline and an ASR engine, and the spec that names one.
+
+``engine_factory.make_engine`` builds the engine a spec names (the engines import this module;
+this module imports none of them).
 
 An engine transcribes a batch of windows (mono float32 at ``sample_rate``, each at most
 ``plan.max_window_s`` long) and returns, per window, its words with times relative to the
@@ -14,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from asr.offline.plan import PlanOptions
+from asr.offline.plan import PlanOptions, plan_options
 from asr.offline.results import Word
 
 
@@ -34,7 +37,8 @@ class EngineSpec:
     """What ``cadence transcribe-server`` and the Ray job need to build an engine (picklable)."""
 
     engine: str = "whisper"  # whisper | parakeet
-    model: str = ""  # whisper: CTranslate2 dir (empty: embedded tiny.en); parakeet: checkpoint dir
+    model: str = ""  # whisper: CTranslate2 dir; parakeet: checkpoint dir (the runtime fills in embedded models)
+    name: str = ""  # the model id the server answers to; empty: from the model path
     device: str = "cpu"
     compute_type: str = "int8"  # whisper only
     dtype: str = "float32"  # parakeet only
@@ -43,24 +47,8 @@ class EngineSpec:
     profiles: str = ""  # parakeet fast backend: encoder shape profiles (``name=BATCHxFRAMES,...``; empty: default)
     max_batch: int = 0  # 0: the engine's default
     max_window_s: float = 0.0  # 0: the engine's default
+    overlap_s: float | None = None  # audio shared by two windows cut inside speech; None: the planner's default
     pack: bool = False  # fixed-length engines: pack windows of several requests into one input (opt-in)
-
-
-def make_engine(spec: EngineSpec) -> WindowEngine:
-    """Build the engine ``spec`` names; heavy libraries are imported here, not before."""
-    if spec.engine == "whisper":
-        from asr.offline.whisper_engine import WhisperWindowEngine
-
-        return WhisperWindowEngine.load(spec)
-    if spec.engine == "parakeet":
-        if parakeet_backend(spec) == "fast":
-            from asr.offline.parakeet_fast import FastParakeetWindowEngine
-
-            return FastParakeetWindowEngine.load(spec)
-        from asr.offline.parakeet_engine import ParakeetWindowEngine
-
-        return ParakeetWindowEngine.load(spec)
-    raise ValueError(f"unknown engine {spec.engine!r}: expected whisper or parakeet")
 
 
 PARAKEET_BACKENDS = ("auto", "fast", "general")
@@ -74,3 +62,11 @@ def parakeet_backend(spec: EngineSpec) -> str:
     if backend == "auto":
         return "fast" if spec.device.startswith("cuda") else "general"
     return backend
+
+
+def spec_plan(spec: EngineSpec, default_window_s: float, longest_s: float | None = None) -> PlanOptions:
+    """The window plan ``spec`` asks for: its window length (else the engine's, capped at ``longest_s``)."""
+    window_s = spec.max_window_s or default_window_s
+    if longest_s is not None:
+        window_s = min(window_s, longest_s)
+    return plan_options(window_s, spec.overlap_s)

@@ -10,7 +10,7 @@ A single asyncio task gathers every session with a whole chunk ready (or a final
 their windows, and runs features + encoder + decoder for all of them in a worker thread. Sessions
 are only touched on the event loop thread; the worker sees copies of their audio and carries.
 
-On CUDA the decoder carries stay on the device in one ``asr.parakeet.gpu.carry_bank.CarryBank``
+On CUDA the decoder carries stay on the device in one ``asr.parakeet.decoding.carry_bank.CarryBank``
 (a row per open session, gathered and scattered with a few index ops per tick); a session's
 ``carry`` is then a :class:`BankedCarry` marker for its row. On the CPU each session holds its own
 ``DecoderCarry`` as before. ``carry_bank=True/False`` forces either path.
@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from asr.parakeet.decoder import DecodedSeq, DecoderCarry
+from asr.parakeet.decoding.label_looping import DecodedSeq, DecoderCarry
 from asr.parakeet.engine import ParakeetEngine
 from asr.parakeet.staging import AudioStaging
 from asr.parakeet.streaming import StreamConfig, StreamResult, StreamSession, WindowRequest
 
 if TYPE_CHECKING:
-    from asr.parakeet.gpu.carry_bank import CarryBank
+    from asr.parakeet.decoding.carry_bank import CarryBank
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ class StreamBatcher:
         """The carry bank, created or grown (doubling) to hold every row in ``slots``."""
         need = max(slots, default=-1) + 1
         if self._bank is None:
-            from asr.parakeet.gpu.carry_bank import CarryBank
+            from asr.parakeet.decoding.carry_bank import CarryBank
 
             self._bank = CarryBank(self.engine.decoder, max(need, self.max_batch))
         elif need > self._bank.streams:

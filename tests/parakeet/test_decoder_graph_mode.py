@@ -70,7 +70,7 @@ def test_cpu_always_runs_the_plain_loop(tiny_dir, engine, mode: str) -> None:
 
 def test_cuda_decoders_get_a_graph_decoder_in_the_requested_mode() -> None:
     """On CUDA the mode goes to GraphDecoder (construction captures nothing, so a stand-in decoder will do)."""
-    from asr.parakeet.gpu.graph_decoder import GraphDecoder
+    from asr.parakeet.decoding.graph_decoder import GraphDecoder
 
     stand_in = SimpleNamespace(device=torch.device("cuda", 0), outer_step=None, inner_step=None)
     for mode in DECODER_GRAPH_MODES:
@@ -116,7 +116,7 @@ def test_batcher_uses_the_bank_only_on_cuda_unless_forced(engine) -> None:
 
 
 def test_carry_bank_grow_keeps_rows_and_starts_new_ones_fresh(engine) -> None:
-    from asr.parakeet.gpu.carry_bank import CarryBank
+    from asr.parakeet.decoding.carry_bank import CarryBank
 
     bank = CarryBank(engine.decoder, 2)
     bank.h.normal_()

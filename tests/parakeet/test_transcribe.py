@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from asr.parakeet.transcribe import TranscribeOptions, load_audio, plan_windows, stitch_words
 
 from asr.parakeet.tiny import synthetic_speech
 from asr.parakeet.tokenizer import Word
-from asr.parakeet.transcribe import TranscribeOptions, load_audio, plan_windows, stitch_words
 
 
 def _truth(seconds: float, seed: int, continuous: bool = False) -> list[Word]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from asr.parakeet.decoder import DecoderState, LabelLoopingDecoder
+from asr.parakeet.decoding.label_looping import DecoderState, LabelLoopingDecoder
 
 
 class CarryBank:

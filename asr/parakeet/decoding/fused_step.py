@@ -1,6 +1,6 @@
 """The label-looping decoder's two loop bodies as a few fused kernels (Triton) around cuBLAS GEMMs.
 
-The torch step bodies of :class:`asr.parakeet.decoder.LabelLoopingDecoder` launch ~50 small kernels
+The torch step bodies of :class:`asr.parakeet.decoding.label_looping.LabelLoopingDecoder` launch ~50 small kernels
 per step; inside a CUDA graph each still costs ~2 us of dependent latency, so at batch 128 the
 decoder took ~93 us per step. Here a step is:
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from asr.parakeet.decoder import DecoderState, LabelLoopingDecoder
+from asr.parakeet.decoding.label_looping import DecoderState, LabelLoopingDecoder
 
 try:  # Triton ships with CUDA builds of torch; the CPU wheel has none.
     import triton

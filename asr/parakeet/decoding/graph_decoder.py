@@ -1,6 +1,6 @@
 """The label-looping TDT decoder driven by the GPU loop machinery: one CUDA graph with WHILE nodes.
 
-Wraps :class:`asr.parakeet.decoder.LabelLoopingDecoder` (its ``outer_step`` / ``inner_step`` are
+Wraps :class:`asr.parakeet.decoding.label_looping.LabelLoopingDecoder` (its ``outer_step`` / ``inner_step`` are
 captured as the bodies of an outer and a nested WHILE node). The state is preallocated for a
 maximum batch and length; the graph is re-captured only when a request outgrows them (sizes round
 up, so growth is rare). Modes: ``conditional`` (one graph replay per batch, no host round trips),
@@ -8,7 +8,7 @@ up, so growth is rare). Modes: ``conditional`` (one graph replay per batch, no h
 best the driver and cuda-bindings support and falls back if building fails.
 
 Step bodies (``step``): ``torch`` (the decoder's own ``outer_step``/``inner_step``, ~50 kernels per
-step) or ``fused`` (:mod:`asr.parakeet.gpu.fused_step`: cuBLAS GEMMs plus one Triton kernel per
+step) or ``fused`` (:mod:`asr.parakeet.decoding.fused_step`: cuBLAS GEMMs plus one Triton kernel per
 stage, 2 kernels per blank-skipping step); ``auto`` takes ``fused`` on CUDA when Triton is there.
 """
 
@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from asr.parakeet.decoder import DecodedSeq, DecoderCarry, DecoderState, LabelLoopingDecoder
-from asr.parakeet.gpu.graph_modes import GraphMode
-from asr.parakeet.gpu.while_graph import LoopRunner, LoopSpec, build_loop
+from asr.parakeet.decoding.graph_modes import GraphMode
+from asr.parakeet.decoding.label_looping import DecodedSeq, DecoderCarry, DecoderState, LabelLoopingDecoder
+from asr.parakeet.decoding.while_graph import LoopRunner, LoopSpec, build_loop
 
 if TYPE_CHECKING:
-    from asr.parakeet.gpu.fused_step import FusedSteps
+    from asr.parakeet.decoding.fused_step import FusedSteps
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +46,13 @@ def resolve_step(step: str, decoder: LabelLoopingDecoder) -> str:
         raise ValueError(f"unknown decoder step {step!r} (auto, torch, fused)")
     if step != "auto":
         if step == "fused":
-            from asr.parakeet.gpu import fused_step
+            from asr.parakeet.decoding import fused_step
 
             fused_step._require_triton()
         return step
     if decoder.device.type != "cuda":
         return "torch"
-    from asr.parakeet.gpu import fused_step
+    from asr.parakeet.decoding import fused_step
 
     return "fused" if fused_step.available() and fused_step.supports(decoder) else "torch"
 
@@ -134,7 +134,7 @@ class GraphDecoder:
     def _fused_spec(self, state: DecoderState) -> LoopSpec | None:
         """The fused bodies' loop, their kernels compiled by one warm-up step; None (torch steps) if
         that fails and the step was chosen automatically."""
-        from asr.parakeet.gpu.fused_step import FusedSteps
+        from asr.parakeet.decoding.fused_step import FusedSteps
 
         try:
             fused = FusedSteps(self.decoder, state)

@@ -6,7 +6,7 @@ import enum
 import logging
 from dataclasses import dataclass
 
-from asr.parakeet.gpu.cuda_api import MIN_BINDINGS_VERSION, MIN_DRIVER_VERSION
+from asr.parakeet.decoding.cuda_api import MIN_BINDINGS_VERSION, MIN_DRIVER_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def probe(device: object = None) -> Capabilities:
     if not torch.cuda.is_available() or (device is not None and torch.device(device).type != "cuda"):
         return Capabilities(cuda=False)
     try:
-        from asr.parakeet.gpu import cuda_api
+        from asr.parakeet.decoding import cuda_api
 
         return Capabilities(
             cuda=True, driver_version=cuda_api.driver_version(), bindings_version=cuda_api.bindings_version()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from asr.parakeet.gpu.while_graph import LoopSpec
+from asr.parakeet.decoding.while_graph import LoopSpec
 
 
 class ToyLoop:

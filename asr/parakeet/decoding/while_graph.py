@@ -20,8 +20,8 @@ from typing import Any, Protocol
 
 import torch
 
-from asr.parakeet.gpu import cuda_api
-from asr.parakeet.gpu.graph_modes import GraphMode, fallbacks, probe, select_mode
+from asr.parakeet.decoding import cuda_api
+from asr.parakeet.decoding.graph_modes import GraphMode, fallbacks, probe, select_mode
 
 log = logging.getLogger(__name__)
 

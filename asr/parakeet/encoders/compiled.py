@@ -14,7 +14,7 @@ import torch
 
 from asr.parakeet.encoders.base import EncoderBackend, EncoderOutput, subsampled_lengths
 from asr.parakeet.encoders.eager import run_encoder
-from asr.parakeet.encoders.profiles import ShapeProfile, parse_profiles, pick_profile
+from asr.parakeet.encoders.shape_profiles import ShapeProfile, parse_profiles, select_profile
 
 # feature frames (100 a second): short windows; streaming windows of 10 s left context + chunk
 # (+ right context) at three batch sizes; 30 s offline segments
@@ -62,7 +62,7 @@ class CompiledEncoder(EncoderBackend):
 
     def _encode_part(self, features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         b, f, mels = features.shape
-        profile = pick_profile(self.profiles, b, f)
+        profile = select_profile(self.profiles, b, f)
         self.calls[profile] = self.calls.get(profile, 0) + 1
         if profile is None:
             return run_encoder(self.model, features, lengths)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from asr.parakeet.encoders.base import EncoderBackend, EncoderOutput, subsampled_lengths
-from asr.parakeet.gpu.fast_encoder import FastConformer, encoder_frames
-from asr.parakeet.gpu.profiles import DEFAULT_PROFILES, ShapeProfile, parse_profiles, plan_batches
+from asr.parakeet.encoders.fast_conformer import FastConformer, encoder_frames
+from asr.parakeet.encoders.shape_profiles import DEFAULT_PROFILES, ShapeProfile, parse_profiles, plan_batches
 
 log = logging.getLogger(__name__)
 

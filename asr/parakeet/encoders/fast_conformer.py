@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from asr.parakeet.gpu.subsampling import ChannelsLastSubsampling
+from asr.parakeet.encoders.subsampling import ChannelsLastSubsampling
 
 
 @dataclass

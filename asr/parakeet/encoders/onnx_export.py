@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from asr.parakeet.gpu.fast_encoder import FastConformer
+from asr.parakeet.encoders.fast_conformer import FastConformer
 
 INPUT_FEATURES = "features"
 INPUT_LENGTHS = "lengths"

@@ -1,6 +1,7 @@
 """Encoder shape profiles: (max batch, max feature frames) buckets, parsed from config and picked per request.
 
-A profile is one captured CUDA graph (compiled backend) or one TensorRT optimization profile. The
+One type for every static-shape backend: a profile is one ``torch.compile`` graph (``compiled``),
+one captured CUDA graph (``cuda_graphs``) or one TensorRT optimization profile (``tensorrt``). The
 default set covers streaming chunks, 30 s offline segments and long offline windows. Frame counts
 are kept multiples of 64 so that encoder frames (x8 subsampling) stay multiples of 8, which keeps
 the attention bias rows 16-byte aligned for the fused attention kernels (no padded copy).
@@ -8,6 +9,8 @@ the attention bias rows 16-byte aligned for the fused attention kernels (no padd
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 HOP = 160  # samples per feature frame at 16 kHz
@@ -95,7 +98,17 @@ def parse_profiles(text: str) -> list[ShapeProfile]:
     return sorted(profiles, key=lambda p: (p.frames, p.batch))
 
 
-def select_profile(profiles: list[ShapeProfile], batch: int, frames: int) -> ShapeProfile | None:
+def choose_profiles(frame_counts: Sequence[int], max_batch: int, count: int = 3) -> list[ShapeProfile]:
+    """Buckets at quantiles of an expected length distribution (feature frames), all at ``max_batch``."""
+    if not frame_counts:
+        raise ValueError("need at least one expected length")
+    ordered = sorted(frame_counts)
+    edges = sorted({aligned_frames(ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)])
+                    for q in [(i + 1) / count for i in range(count)]})
+    return [ShapeProfile(f"q{i}", max_batch, frames) for i, frames in enumerate(edges)]
+
+
+def select_profile(profiles: Sequence[ShapeProfile], batch: int, frames: int) -> ShapeProfile | None:
     """The cheapest profile that holds the whole request, or None when none does."""
     fitting = [p for p in profiles if p.fits(batch, frames)]
     return min(fitting, key=lambda p: (p.cost, p.frames)) if fitting else None

@@ -13,10 +13,10 @@ from pathlib import Path
 import torch
 
 from asr.parakeet.encoders.base import EncoderBackend, EncoderOutput, subsampled_lengths
-from asr.parakeet.gpu.fast_encoder import FastConformer
-from asr.parakeet.gpu.onnx_export import export_encoder_onnx
-from asr.parakeet.gpu.profiles import DEFAULT_PROFILES, ShapeProfile, parse_profiles
-from asr.parakeet.gpu.tensorrt_engine import TensorRTEncoder, import_tensorrt
+from asr.parakeet.encoders.fast_conformer import FastConformer
+from asr.parakeet.encoders.onnx_export import export_encoder_onnx
+from asr.parakeet.encoders.shape_profiles import DEFAULT_PROFILES, ShapeProfile, parse_profiles
+from asr.parakeet.encoders.tensorrt_engine import TensorRTEncoder, import_tensorrt
 
 DEFAULT_CACHE = Path.home() / ".cache" / "cadence" / "tensorrt"
 

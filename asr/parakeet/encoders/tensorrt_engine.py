@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from asr.parakeet.gpu.onnx_export import INPUT_FEATURES, INPUT_LENGTHS, OUTPUT_ENCODED, file_digest
-from asr.parakeet.gpu.profiles import ShapeProfile, select_profile
+from asr.parakeet.encoders.onnx_export import INPUT_FEATURES, INPUT_LENGTHS, OUTPUT_ENCODED, file_digest
+from asr.parakeet.encoders.shape_profiles import ShapeProfile, select_profile
 
 log = logging.getLogger(__name__)
 

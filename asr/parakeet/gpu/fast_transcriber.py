@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from asr.parakeet.decoder import DecodedSeq, LabelLoopingDecoder
-from asr.parakeet.gpu.fast_encoder import FastConformer
-from asr.parakeet.gpu.features import LogMel
+from asr.parakeet.decoding.graph_decoder import GraphDecoder
+from asr.parakeet.decoding.label_looping import DecodedSeq, LabelLoopingDecoder
+from asr.parakeet.encoders.fast_conformer import FastConformer
+from asr.parakeet.encoders.shape_profiles import HOP, ShapeProfile, plan_batches
 from asr.parakeet.gpu.frontend_graphs import GraphedFrontEnd, ProfileGraph, host_encoder_lengths
-from asr.parakeet.gpu.graph_decoder import GraphDecoder
-from asr.parakeet.gpu.profiles import HOP, ShapeProfile, plan_batches
+from asr.parakeet.gpu.log_mel import LogMel
 
 
 @dataclass
