@@ -117,6 +117,7 @@ def test_profiles_from_a_length_distribution():
     profiles = choose_profiles(frames, max_batch=8, count=3)
     # quantile lengths 150 / 900 / 2900 rounded up to the one alignment (64 feature frames)
     assert [p.frames for p in profiles] == [192, 960, 2944] and all(p.batch == 8 for p in profiles)
-    assert select_profile(profiles, 3, 161) == ShapeProfile("q1", 8, 960)
+    assert select_profile(profiles, 3, 192) == ShapeProfile("q0", 8, 192)
+    assert select_profile(profiles, 3, 193) == ShapeProfile("q1", 8, 960)
     assert select_profile(profiles, 9, 10) is None
     assert parse_profiles("2x512,4x128") == [ShapeProfile("p1", 4, 128), ShapeProfile("p0", 2, 512)]
