@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import wave
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +17,7 @@ from asr.offline.plan import Window, plan_options, plan_windows
 from asr.offline.stitch import place_words
 from asr.parakeet.tiny import synthetic_speech
 from asr.words import Word
+from testkit.offline_audio import write_audio
 from transports.audio_io import AudioFileError
 
 RATE = 16000
@@ -106,39 +105,19 @@ def test_plan_covers_the_file_with_overlaps():
         plan_options(4.0, 2.5)
 
 
-def _write_wav(path: Path, audio: np.ndarray, rate: int) -> Path:
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((np.clip(audio, -1, 1) * 32767).astype(np.int16).tobytes())
-    return path
-
-
-def _write_m4a(path: Path, audio: np.ndarray, rate: int) -> Path:
-    """Stereo AAC in an MP4 container: libsndfile cannot open it, so PyAV decodes it."""
-    import av
-
-    with av.open(str(path), "w") as out:
-        stream = out.add_stream("aac", rate=rate, layout="stereo")
-        stereo = np.stack([audio, audio]).astype(np.float32)
-        frame = av.AudioFrame.from_ndarray(np.clip(stereo, -1, 1), format="fltp", layout="stereo")
-        frame.sample_rate = rate
-        for packet in stream.encode(frame):
-            out.mux(packet)
-        for packet in stream.encode(None):
-            out.mux(packet)
-    return path
-
-
 def test_decode_any_format_resampled_to_mono_16k(tmp_path):
-    clip = synthetic_speech(1.5, seed=3, sample_rate=8000)
-    wav = decode_file(_write_wav(tmp_path / "a.wav", clip, 8000))
+    """One loader: libsndfile for WAV/FLAC (stereo mixed down), PyAV for containers it cannot open (M4A)."""
     import soxr
 
-    m4a = decode_file(_write_m4a(tmp_path / "a.m4a", soxr.resample(clip, 8000, 44100), 44100))
-    assert abs(len(wav) - 24000) <= 64 and abs(len(m4a) - 24000) <= 2048  # AAC adds priming frames
+    clip = synthetic_speech(1.5, seed=3, sample_rate=8000)
+    wav = decode_file(write_audio(tmp_path / "a.wav", clip, 8000))
+    at44k = soxr.resample(clip, 8000, 44100)
+    flac = decode_file(write_audio(tmp_path / "a.flac", np.stack([at44k, at44k], axis=1), 44100))
+    m4a = decode_file(write_audio(tmp_path / "a.m4a", at44k, 44100))
+    assert abs(len(wav) - 24000) <= 64 and abs(len(flac) - 24000) <= 64
+    assert abs(len(m4a) - 24000) <= 2048  # AAC adds priming frames
     assert wav.dtype == np.float32 and 0.01 < np.abs(wav).max() <= 1.0
+    assert float(np.corrcoef(wav, flac[: len(wav)])[0, 1]) > 0.95
     with pytest.raises(AudioFileError):
         decode_file(tmp_path / "missing.wav")
     (tmp_path / "junk.mp3").write_bytes(b"no audio here" * 50)
@@ -160,7 +139,7 @@ def test_long_file_seams_on_the_tiny_model(tiny_dir, tmp_path):
     engine = _engine(tiny_dir, 4.0, 1.0)
     assert engine.plan == plan_options(4.0, 1.0)
     audio = np.concatenate([synthetic_speech(4.0, seed=s) for s in range(3)])  # 12 s
-    heard = decode_file(_write_wav(tmp_path / "long.wav", audio, RATE))
+    heard = decode_file(write_audio(tmp_path / "long.wav", audio, RATE))
     (result,) = transcribe_corpus(engine, [heard], None)
     assert result.words and abs(result.duration - 12.0) < 0.01
     starts = [w.start for w in result.words]
@@ -200,7 +179,7 @@ def test_window_options_reach_the_plan_in_process_and_on_ray():
 def test_cli_transcribe_and_convert(tiny_dir, tiny_nemo, tmp_path, capsys):
     from agent.cli import main
 
-    path = _write_wav(tmp_path / "short.wav", synthetic_speech(2.0, seed=5), RATE)
+    path = write_audio(tmp_path / "short.wav", synthetic_speech(2.0, seed=5), RATE)
     assert main(["transcribe", str(path), "--model", str(tiny_dir), "--format", "json", "--no-progress"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["file"] == str(path) and out["words"] and out["text"] == " ".join(w["text"] for w in out["words"])
@@ -219,7 +198,7 @@ def test_cli_long_file_uses_the_window_options(tiny_dir, tmp_path, capsys):
     from asr.offline.transcriber import transcribe_corpus
 
     audio = np.concatenate([synthetic_speech(4.0, seed=s) for s in range(3)])
-    path = _write_wav(tmp_path / "long.wav", audio, RATE)
+    path = write_audio(tmp_path / "long.wav", audio, RATE)
     assert main(["transcribe", str(path), "--model", str(tiny_dir), "--format", "json", "--no-progress",
                  "--window-s", "4", "--overlap-s", "1", "--batch-size", "3"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

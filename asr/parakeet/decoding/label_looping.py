@@ -336,12 +336,7 @@ class LabelLoopingDecoder(nn.Module):
         s.label_time.copy_(s.time)
         s.durations.mul_(s.active)
         s.time.add_(s.durations)
-        torch.logical_and(s.active, s.is_blank.logical_not(), out=s.emit)
-        self._write(s)
-        s.found.logical_or_(s.emit)
-        self._refresh_time(s)
-        torch.logical_and(s.active, s.is_blank, out=s.advance)
-        self._refresh_flags(s)
+        self._emit_and_advance(s, s.active)
 
     @torch.inference_mode()
     def inner_step(self, state: DecoderState) -> None:
@@ -353,14 +348,18 @@ class LabelLoopingDecoder(nn.Module):
         self._force_blank_jump(s)
         s.durations.mul_(s.advance)
         s.time.add_(s.durations)
-        torch.logical_and(s.advance, s.is_blank.logical_not(), out=s.emit)
+        self._emit_and_advance(s, s.advance)
+
+    # ------------------------------------------------------------------ helpers (in place)
+    def _emit_and_advance(self, s: DecoderState, looking: torch.Tensor) -> None:
+        """Emit the non-blank labels of ``looking`` elements; blanks of active elements advance again."""
+        torch.logical_and(looking, s.is_blank.logical_not(), out=s.emit)
         self._write(s)
         s.found.logical_or_(s.emit)
         self._refresh_time(s)
         torch.logical_and(s.active, s.is_blank, out=s.advance)
         self._refresh_flags(s)
 
-    # ------------------------------------------------------------------ helpers (in place)
     def _refresh_time(self, s: DecoderState) -> None:
         torch.minimum(s.time, s.last_frame, out=s.safe_time)
         torch.lt(s.time, s.lengths, out=s.active)

@@ -98,6 +98,13 @@ def parse_profiles(text: str) -> list[ShapeProfile]:
     return sorted(profiles, key=lambda p: (p.frames, p.batch))
 
 
+def as_profiles(profiles: Sequence[ShapeProfile] | str | None, default: str) -> list[ShapeProfile]:
+    """A backend's ``profiles`` argument as profiles: given ones, a ``name=BATCHxFRAMES,...`` text, or ``default``."""
+    if profiles is None or isinstance(profiles, str):
+        return parse_profiles(profiles or default)
+    return list(profiles)
+
+
 def choose_profiles(frame_counts: Sequence[int], max_batch: int, count: int = 3) -> list[ShapeProfile]:
     """Buckets at quantiles of an expected length distribution (feature frames), all at ``max_batch``."""
     if not frame_counts:

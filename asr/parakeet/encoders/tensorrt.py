@@ -15,7 +15,7 @@ import torch
 from asr.parakeet.encoders.base import EncoderBackend, EncoderOutput, subsampled_lengths
 from asr.parakeet.encoders.fast_conformer import FastConformer
 from asr.parakeet.encoders.onnx_export import export_encoder_onnx
-from asr.parakeet.encoders.shape_profiles import DEFAULT_PROFILES, ShapeProfile, parse_profiles
+from asr.parakeet.encoders.shape_profiles import DEFAULT_PROFILES, ShapeProfile, as_profiles
 from asr.parakeet.encoders.tensorrt_engine import TensorRTEncoder, import_tensorrt
 
 DEFAULT_CACHE = Path.home() / ".cache" / "cadence" / "tensorrt"
@@ -45,8 +45,7 @@ class TensorRTBackend(EncoderBackend):
     ) -> None:
         import_tensorrt()  # fail before the (slow) export when TensorRT is missing
         super().__init__(model, device, dtype or torch.float32)
-        if profiles is None or isinstance(profiles, str):
-            profiles = parse_profiles(profiles or DEFAULT_PROFILES)
+        profiles = as_profiles(profiles, DEFAULT_PROFILES)
         cache = Path(cache_dir or DEFAULT_CACHE)
         onnx_path = cache / f"parakeet-encoder-{weights_digest(model)}.onnx"
         if not onnx_path.exists():
