@@ -16,7 +16,8 @@ from dataclasses import dataclass
 HOP = 160  # samples per feature frame at 16 kHz
 FRAME_ALIGN = 64
 
-# name=batch x frames: 0.3 s chunks, 2.5 s streaming windows (2 s left context + a 0.16 s chunk),
+# name=batch x frames: 0.3 s chunks, 2.5 s windows (2 s left context + a 0.16 s chunk: the benches' streaming
+# shape; the agent's default 10 s left context gets streaming_profiles instead),
 # 30 s segments (3001 frames), 5 min offline windows (30001 frames).
 DEFAULT_PROFILES = "chunk=512x32,stream=128x256,segment=128x3008,long=8x30016"
 
