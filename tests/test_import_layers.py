@@ -167,3 +167,24 @@ def test_no_import_circles_in_the_product_packages() -> None:
 def test_the_circle_finder_finds_circles() -> None:
     succ = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
     assert sorted(strongly_connected(["a", "b", "c", "d", "e"], succ)) == [["a", "b", "c"], ["e"]]
+
+
+def test_offline_tools_and_model_loaders_never_reach_pipecat() -> None:
+    """The offline stack runs on a bare GPU machine: from ``asr.offline`` and the model loaders, no
+    import (lazy ones included) leads to pipecat; only the thin service adapters use it."""
+    modules, edges = graph()
+    succ: dict[str, set[str]] = {}
+    for a, b, _, typing_only in edges:
+        if not typing_only:
+            succ.setdefault(a, set()).add(b)
+    starts = [m for m in modules if m.startswith("asr.offline")]
+    starts += ["asr.parakeet.shared_engine", "asr.whisper_model", "asr.parakeet.tiny"]
+    seen: set[str] = set()
+    todo = list(starts)
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(succ.get(m, ()))
+    bad = sorted(f"{a} imports {b}" for a in seen for b in succ.get(a, ()) if top(b) == "pipecat")
+    assert not bad, "\n".join(bad)
