@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from asr.offline.budget import AudioBudget
+from asr.offline.audio_budget import AudioBudget
 from asr.offline.decode import AudioTooLongError, decode_file, probe
 from asr.offline.errors import ApiError
 from asr.offline.formats import RESPONSE_FORMATS, render

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from asr.offline.budget import AudioBudget
+from asr.offline.audio_budget import AudioBudget
 
 
 def test_requests_wait_in_order_until_their_audio_fits() -> None:
