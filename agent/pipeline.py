@@ -85,7 +85,7 @@ class Engines:
             noise = np.random.default_rng(0).normal(0, 0.01, 16000).astype(np.float32)
             transcribe_greedy(model, noise, self.config.asr.language, 1.0)
         elif self.config.asr.engine == "parakeet":
-            from asr.parakeet.stt_service import warm_parakeet
+            from asr.parakeet.shared_engine import warm_parakeet
 
             warm_parakeet(self.config.asr)
 

@@ -188,3 +188,47 @@ def test_offline_tools_and_model_loaders_never_reach_pipecat() -> None:
             todo.extend(succ.get(m, ()))
     bad = sorted(f"{a} imports {b}" for a in seen for b in succ.get(a, ()) if top(b) == "pipecat")
     assert not bad, "\n".join(bad)
+
+
+def _top_level_names(path: Path) -> set[str] | None:
+    """Names a module binds at its top level (None: it has a module ``__getattr__``, anything goes)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__getattr__":
+            return None
+    tree = ast.parse(path.read_text())
+    blocks = list(tree.body)
+    while blocks:
+        node = blocks.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            blocks.extend(ast.iter_child_nodes(node))
+        elif isinstance(node, ast.ExceptHandler):
+            blocks.extend(node.body)
+    return names
+
+
+def test_every_import_of_our_modules_names_something_that_exists() -> None:
+    """A lazy ``from x import y`` inside a function fails only when it runs: after a move, check them all."""
+    modules = all_modules()
+    ours = SCANNED
+    bad = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                bad += [f"{name}:{node.lineno} import {a.name}" for a in node.names
+                        if top(a.name) in ours and a.name not in modules]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module and top(node.module) in ours:
+                if node.module not in modules:
+                    bad.append(f"{name}:{node.lineno} from {node.module}")
+                    continue
+                defined = _top_level_names(modules[node.module])
+                bad += [f"{name}:{node.lineno} from {node.module} import {a.name}" for a in node.names
+                        if defined is not None and a.name not in defined and f"{node.module}.{a.name}" not in modules]
+    assert not bad, "\n".join(bad)
