@@ -7,17 +7,18 @@ happen inside the handlers, so ``cadence --help`` is instant.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 from loguru import logger
+
+from agent.optional import import_optional
 
 # Modules that add subcommands. A missing optional module is skipped silently.
 COMMAND_MODULES = (
     "agent.commands",
     "agent.ops_commands",
-    "asr.cli",
-    "asr.server_cli",
+    "agent.cli_transcribe",
+    "agent.cli_transcribe_server",
 )
 
 
@@ -42,12 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name and name.startswith(exc.name):
-                continue
-            raise
+        module = import_optional(name)
+        if module is None:
+            continue
         module.register(sub)
     return parser
 

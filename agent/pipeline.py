@@ -31,9 +31,10 @@ from pipecat.turns.user_start import VADUserTurnStartStrategy
 from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy, TurnAnalyzerUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
-from agent.barge_in import FastBargeIn
 from agent.config import Config
+from agent.fast_barge_in import FastBargeIn
 from agent.llm_stage import CadenceLLMService
+from agent.models import piper_voice
 from agent.shared_models import SharedSileroVADAnalyzer, SharedSmartTurnAnalyzerV3
 from tts.engines import TTSEngine, create_engine
 from tts.service import CadenceTTSService
@@ -74,7 +75,7 @@ class Engines:
 
     @classmethod
     def _with_tts(cls, config: Config, llm_base_url: str, llm_model: str) -> Engines:
-        engines = cls(config, llm_base_url, llm_model, create_engine(config.tts))
+        engines = cls(config, llm_base_url, llm_model, create_engine(config.tts, piper_voice))
         engines.warm_tts()
         return engines
 
@@ -83,14 +84,15 @@ class Engines:
         if self.config.asr.engine == "whisper":
             import numpy as np
 
-            from asr.whisper_stt import resolve_whisper_path, shared_whisper_model, transcribe_greedy
+            from agent.models import resolve_whisper_path
+            from asr.whisper_model import shared_whisper_model, transcribe_greedy
 
             model = shared_whisper_model(resolve_whisper_path(self.config.asr), self.config.asr.device,
                                          self.config.asr.compute_type)
             noise = np.random.default_rng(0).normal(0, 0.01, 16000).astype(np.float32)
             transcribe_greedy(model, noise, self.config.asr.language, 1.0)
         elif self.config.asr.engine == "parakeet":
-            from asr.parakeet.stt_service import warm_parakeet
+            from asr.parakeet.shared_engine import warm_parakeet
 
             warm_parakeet(self.config.asr)
 
@@ -116,9 +118,10 @@ class Engines:
     def make_stt(self) -> Any:
         asr = self.config.asr
         if asr.engine == "whisper":
+            from agent.models import resolve_whisper_path
             from asr.whisper_stt import create_whisper_stt
 
-            return create_whisper_stt(asr)
+            return create_whisper_stt(asr, resolve_whisper_path(asr))
         if asr.engine == "parakeet":
             from asr.parakeet.stt_service import create_parakeet_stt
 

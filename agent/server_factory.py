@@ -6,25 +6,21 @@ observers or replaces the admission gate. A missing optional module is skipped.
 
 from __future__ import annotations
 
-import importlib
-
 from agent.config import Config
+from agent.optional import import_optional
 from agent.serve import CadenceServer
 
 EXTENSIONS = (
     "agent.metrics_http",
-    "transports.phone.server_ext",
+    "agent.phone_routes",
 )
 
 
 def make_server(config: Config, extensions: tuple[str, ...] = EXTENSIONS) -> CadenceServer:
     server = CadenceServer(config)
     for name in extensions:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name and name.startswith(exc.name):
-                continue
-            raise
+        module = import_optional(name)
+        if module is None:
+            continue
         module.install(server)
     return server

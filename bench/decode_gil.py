@@ -28,8 +28,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from asr.offline.decode import decode_file  # noqa: E402
-from bench.offline_audio import write_audio  # noqa: E402
 from bench.offline_report import save  # noqa: E402
+from testkit.offline_audio import write_audio  # noqa: E402
 from transports.audio_io import load_audio  # noqa: E402
 
 METHODS = {

@@ -15,13 +15,13 @@ from typing import Any
 
 import torch
 
-from asr.parakeet.decoder import LabelLoopingDecoder
-from asr.parakeet.gpu.fast_encoder import FastConformer
-from asr.parakeet.gpu.features import LogMel
+from asr.parakeet.decoding.graph_decoder import GraphDecoder
+from asr.parakeet.decoding.label_looping import LabelLoopingDecoder
+from asr.parakeet.encoders.fast_conformer import FastConformer
 from asr.parakeet.gpu.frontend_graphs import host_encoder_lengths
-from asr.parakeet.gpu.graph_decoder import GraphDecoder
+from asr.parakeet.gpu.log_mel import LogMel
+from asr.parakeet.random_v3 import calibrated_model, count_steps, tokens_per_frame
 from bench.common import cuda_time, random_audio, write_result
-from bench.emission import calibrated_model, count_steps, tokens_per_frame
 
 # name -> (loop mode, step bodies); "eager" is the plain loop, the reference
 MODES = {

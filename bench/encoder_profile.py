@@ -12,9 +12,9 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from asr.parakeet.gpu.fast_encoder import FastConformer
-from asr.parakeet.gpu.features import LogMel
-from asr.parakeet.gpu.profiles import aligned_frames
+from asr.parakeet.encoders.fast_conformer import FastConformer
+from asr.parakeet.encoders.shape_profiles import aligned_frames
+from asr.parakeet.gpu.log_mel import LogMel
 from bench.common import cuda_time, make_model, random_audio, write_result
 
 CATEGORIES = (

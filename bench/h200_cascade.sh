@@ -80,7 +80,7 @@ import importlib, torch, transformers
 gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
 print("torch", torch.__version__, gpu, "transformers", transformers.__version__)
 for m in ("pipecat", "fastapi", "uvicorn", "websockets", "pynvml", "tts.kokoro", "agent.serve",
-          "transports.phone.server_ext"):
+          "agent.phone_routes"):
     try:
         importlib.import_module(m)
         print("  import ok:", m)

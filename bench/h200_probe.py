@@ -31,8 +31,8 @@ def section(name: str, fn: Callable[[], Any], out: str) -> None:
 
 
 def loop_probe() -> dict[str, Any]:
-    from asr.parakeet.gpu.selftest import ToyLoop, compare
-    from asr.parakeet.gpu.while_graph import ConditionalLoop, EagerLoop, HostCheckedLoop
+    from asr.parakeet.decoding.selftest import ToyLoop, compare
+    from asr.parakeet.decoding.while_graph import ConditionalLoop, EagerLoop, HostCheckedLoop
 
     out: dict[str, Any] = {}
     for batch in (1, 16, 128):
@@ -89,10 +89,10 @@ def main() -> None:
     section("model", build, args.out)
     model = state["model"]
 
-    from asr.parakeet.gpu.fast_encoder import FastConformer
-    from asr.parakeet.gpu.features import LogMel
+    from asr.parakeet.encoders.fast_conformer import FastConformer
+    from asr.parakeet.encoders.shape_profiles import ShapeProfile
     from asr.parakeet.gpu.frontend_graphs import GraphedFrontEnd
-    from asr.parakeet.gpu.profiles import ShapeProfile
+    from asr.parakeet.gpu.log_mel import LogMel
 
     logmel = LogMel().cuda()
     batch, seconds = 128, 30.0

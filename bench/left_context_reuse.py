@@ -30,8 +30,8 @@ if __package__ in (None, ""):
 import numpy as np
 import torch
 
+from asr.parakeet.encoders.fast_conformer import FastConformer
 from asr.parakeet.features import FeatureConfig, LogMelFeatures
-from asr.parakeet.gpu.fast_encoder import FastConformer
 from asr.parakeet.streaming import StreamConfig
 from bench.common import random_audio, write_result
 from bench.stream_engine import tiny_model

@@ -15,7 +15,7 @@ def commit() -> str:
     try:
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                              timeout=10).stdout.strip()
-        mine = ["asr/offline", "asr/server_cli.py", "bench/offline_*.py", "bench/decode_*.py",
+        mine = ["asr/offline", "agent/cli_transcribe_server.py", "bench/offline_*.py", "bench/decode_*.py",
                 "bench/transcribe_server.py"]
         dirty = subprocess.run(["git", "status", "--porcelain", "--", *mine], cwd=ROOT,
                                capture_output=True, text=True, timeout=10).stdout.strip()

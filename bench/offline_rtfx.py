@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from asr.parakeet.gpu.features import LogMel
-from asr.parakeet.gpu.offline import GpuTranscriber
-from asr.parakeet.gpu.profiles import ShapeProfile, aligned_frames
+from asr.parakeet.encoders.shape_profiles import ShapeProfile, aligned_frames
+from asr.parakeet.gpu.fast_transcriber import GpuTranscriber
+from asr.parakeet.gpu.log_mel import LogMel
+from asr.parakeet.random_v3 import calibrated_model
 from bench.common import host_time, random_audio, write_result
-from bench.emission import calibrated_model
 
 DEFAULT_CONFIGS = "30:1,16,128;300:1,8;10:1,16,128;1:1,16,128"
 

@@ -15,11 +15,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from asr.offline.engine import EngineSpec, make_engine  # noqa: E402
-from asr.offline.pipeline import transcribe_corpus  # noqa: E402
-from bench.offline_audio import prompt_clips, speech_track  # noqa: E402
+from agent.models import resolve_engine_spec  # noqa: E402
+from asr.offline.engine_factory import make_engine  # noqa: E402
+from asr.offline.transcriber import transcribe_corpus  # noqa: E402
+from asr.offline.window_engine import EngineSpec  # noqa: E402
 from bench.offline_report import save  # noqa: E402
-from tests.corpus import normalize  # noqa: E402
+from testkit.corpus import normalize  # noqa: E402
+from testkit.offline_audio import prompt_clips, speech_track  # noqa: E402
 
 
 def wer_counts(ref: str, hyp: str) -> dict[str, int]:
@@ -36,7 +38,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=3)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    engine = make_engine(EngineSpec())
+    engine = make_engine(resolve_engine_spec(EngineSpec()))
     rows = []
     for seed in range(args.files):
         audio, placed = speech_track(args.seconds, seed=100 + seed)

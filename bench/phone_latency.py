@@ -28,8 +28,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.corpus import wer  # noqa: E402
-from tests.phone.prompts import pcm8k, prompt, speech_onset_s  # noqa: E402
+from testkit.corpus import wer  # noqa: E402
+from testkit.phone_prompts import pcm8k, prompt, speech_onset_s  # noqa: E402
 from transports.phone.loopback_caller import LoopbackCaller  # noqa: E402
 
 PROMPTS = [
@@ -138,7 +138,7 @@ async def main(args: argparse.Namespace) -> dict:
     if args.url:
         result = await call(args.url, names, args.warmup, args.barge_ins)
     else:
-        from tests.servers import cadence_serve
+        from testkit.servers import cadence_serve
 
         if args.phone_options:
             os.environ["CADENCE_PHONE_OPTIONS"] = args.phone_options

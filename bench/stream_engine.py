@@ -1,28 +1,26 @@
 """Real ``ParakeetEngine`` instances over random-weight models, for the streaming-batcher bench and its CUDA tests.
 
 - :func:`v3_engine`: the v3-sized model (627 M parameters) with the emission calibration of the other
-  benches (``bench.emission.calibrated_model``), bf16, ``cuda_graphs`` encoder profiles; CUDA only.
-- :func:`tiny_model`: ``asr.parakeet.tiny``'s tiny architecture and weight recipe (about 0.3 tokens per
-  encoder frame on speech-like audio), fp32 on the CPU, without the SentencePiece training.
+  benches (``asr.parakeet.random_v3.calibrated_model``), bf16, ``cuda_graphs`` encoder profiles; CUDA only.
+- :func:`tiny_engine`: ``asr.parakeet.tiny.tiny_model`` (about 0.3 tokens per encoder frame on
+  speech-like audio), fp32 on the CPU, without the SentencePiece training.
 
-Neither needs pipecat, sentencepiece or a checkpoint on disk: the tokenizer is :class:`IdTokenizer`.
+Neither needs pipecat, sentencepiece or a checkpoint on disk: the tokenizer is ``asr.parakeet.tiny.IdTokenizer``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from asr.parakeet.encoders.shape_profiles import streaming_profiles
 from asr.parakeet.engine import ParakeetEngine
-from asr.parakeet.features import FeatureConfig
-from asr.parakeet.gpu.profiles import streaming_profiles
-from asr.parakeet.loading import ParakeetCheckpoint
 from asr.parakeet.streaming import StreamConfig
+from asr.parakeet.tiny import checkpoint, tiny_model
 
 # 2.16 s streaming windows (2 s left context + a 160 ms chunk: 217 feature frames) at the batch
-# steps of asr.parakeet.gpu.profiles.streaming_profiles up to 256 (what `cadence serve` builds for
+# steps of asr.parakeet.encoders.shape_profiles.streaming_profiles up to 256 (what `cadence serve` builds for
 # the same stream config), plus a longer profile for sessions that fell behind. Before run 13 the
 # bench used the four batch sizes of bench/streaming_sim.py (COARSE_STREAM_PROFILES): a tick of 65
 # windows paid for 128 (encoder 7 -> 12.6 ms on the H200), which made the next tick bigger still.
@@ -30,51 +28,8 @@ STREAM_PROFILES = streaming_profiles(StreamConfig(left_context_s=2.0).window_sam
 COARSE_STREAM_PROFILES = "s16=16x256,s64=64x256,s128=128x256,s256=256x256,lag=64x512"
 
 
-class IdTokenizer:
-    """Token ids as text (``t17 t4``): the engine's tokenizer contract without a model file."""
-
-    def __init__(self, vocab_size: int) -> None:
-        self.vocab_size = vocab_size
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return " ".join(f"t{i}" for i in ids if 0 <= i < self.vocab_size)
-
-    def piece(self, token_id: int) -> str:
-        return f"\u2581t{token_id}" if 0 <= token_id < self.vocab_size else ""
-
-
-def checkpoint(model: torch.nn.Module, source: str = "random") -> ParakeetCheckpoint:
-    """Wrap a transformers ``ParakeetForTDT`` as a checkpoint (default features, :class:`IdTokenizer`)."""
-    config = model.config
-    features = FeatureConfig(n_mels=config.encoder_config.num_mel_bins)
-    return ParakeetCheckpoint(model, IdTokenizer(config.vocab_size - 1), features, source)
-
-
-def tiny_model(seed: int = 0, layers: int = 2, hidden: int = 64, vocab_size: int = 256,
-               blank_bias: float | None = None, target_rate: float = 0.3) -> torch.nn.Module:
-    """The tiny checkpoint's model (``asr.parakeet.tiny.build_tiny_model`` without its tokenizer), fp32, CPU."""
-    from transformers import ParakeetForTDT
-
-    from asr.parakeet.tiny import (
-        _randomize,
-        calibrate_blank_bias,
-        center_encoder_projection,
-        set_joint_bias,
-        tiny_config,
-    )
-
-    torch.manual_seed(seed)
-    model = ParakeetForTDT(tiny_config(vocab_size, layers, hidden, hidden)).eval().requires_grad_(False)
-    _randomize(model, seed)
-    center_encoder_projection(model, seed)
-    if blank_bias is None:
-        blank_bias = calibrate_blank_bias(model, target_rate, seed)
-    set_joint_bias(model.joint.head, vocab_size, blank_bias)
-    return model
-
-
 def tiny_engine(device: str = "cpu", seed: int = 0, **engine_options: Any) -> ParakeetEngine:
-    """A ``ParakeetEngine`` over :func:`tiny_model` (fp32, eager encoder unless told otherwise)."""
+    """A ``ParakeetEngine`` over ``asr.parakeet.tiny.tiny_model`` (fp32, eager encoder unless told otherwise)."""
     return ParakeetEngine(checkpoint(tiny_model(seed), "random-tiny"), device=device, **engine_options)
 
 
@@ -90,7 +45,7 @@ def v3_engine(
 
     ``decoder_dtype`` float32 is the engine's (and the agent's) default; bench/streaming_sim.py used bf16.
     """
-    from bench.emission import calibrated_model
+    from asr.parakeet.random_v3 import calibrated_model
 
     model, emission = calibrated_model(target=target_rate)
     options: dict[str, Any] = {"profiles": profiles} if profiles else {}  # cuda_graphs' name=BxF format

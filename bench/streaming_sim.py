@@ -20,15 +20,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from asr.parakeet.decoder import LabelLoopingDecoder
-from asr.parakeet.gpu.carry_bank import CarryBank
-from asr.parakeet.gpu.fast_encoder import FastConformer
-from asr.parakeet.gpu.features import LogMel
+from asr.parakeet.decoding.carry_bank import CarryBank
+from asr.parakeet.decoding.graph_decoder import GraphDecoder
+from asr.parakeet.decoding.label_looping import LabelLoopingDecoder
+from asr.parakeet.encoders.fast_conformer import FastConformer
+from asr.parakeet.encoders.shape_profiles import ShapeProfile, aligned_frames, select_profile
 from asr.parakeet.gpu.frontend_graphs import GraphedFrontEnd, host_encoder_lengths
-from asr.parakeet.gpu.graph_decoder import GraphDecoder
-from asr.parakeet.gpu.profiles import ShapeProfile, aligned_frames, select_profile
+from asr.parakeet.gpu.log_mel import LogMel
+from asr.parakeet.random_v3 import calibrated_model
 from bench.common import random_audio, write_result
-from bench.emission import calibrated_model
 
 SR = 16000
 CHUNK = 2560  # 160 ms

@@ -10,7 +10,7 @@ CPU, embedded Whisper:   python bench/transcribe_server.py
 GPU, Parakeet (H200):    python bench/transcribe_server.py --engine parakeet --device cuda --dtype bfloat16 \\
                              --model CHECKPOINT_DIR --plan "10:1,16,64;300:1,16,64;3600:1,8" --price 3.50
 ``--model random-v3`` builds the 0.6B v3 architecture with random weights biased to emit like
-speech (``bench.emission``), for GPUs without a checkpoint. ``--parakeet-backend`` picks the
+speech (``asr.parakeet.random_v3``), for GPUs without a checkpoint. ``--parakeet-backend`` picks the
 profiled GPU encoder (``fast``, the default on CUDA; ``--profiles`` sets its shapes) or the
 general engine (``general``). ``bench/gpu_issue6.sh`` is the H200 run.
 The server runs with ``cadence transcribe-server``'s defaults: packing off (``--pack`` turns it on,
@@ -58,14 +58,14 @@ class _NumberedTokenizer:
 
 def random_v3_engine(spec: Any) -> Any:
     """Parakeet-TDT 0.6B v3's architecture with random weights, emitting ~0.3 tokens per frame
-    (``bench.emission``): the GPU cost of the real model without its checkpoint (CUDA only)."""
-    from asr.offline.engine import parakeet_backend
+    (``asr.parakeet.random_v3``): the GPU cost of the real model without its checkpoint (CUDA only)."""
     from asr.offline.parakeet_engine import ParakeetWindowEngine
     from asr.offline.plan import PlanOptions
+    from asr.offline.window_engine import parakeet_backend
     from asr.parakeet.engine import ParakeetEngine
     from asr.parakeet.features import FeatureConfig
     from asr.parakeet.loading import ParakeetCheckpoint, parse_dtype
-    from bench.emission import calibrated_model
+    from asr.parakeet.random_v3 import calibrated_model
 
     t0 = time.perf_counter()
     model, info = calibrated_model()
@@ -96,14 +96,16 @@ def random_v3_engine(spec: Any) -> Any:
 
 def serve_main(args: argparse.Namespace) -> None:
     """Child process: build the engine, serve, print the URL."""
-    from asr.offline.engine import EngineSpec, make_engine
-    from asr.offline.pipeline import OfflineTranscriber
+    from agent.models import resolve_engine_spec
+    from asr.offline.engine_factory import make_engine
     from asr.offline.server import ServerOptions, serve
+    from asr.offline.transcriber import OfflineTranscriber
+    from asr.offline.window_engine import EngineSpec
 
     spec = EngineSpec(engine=args.engine, model=args.model, device=args.device, max_batch=args.max_batch,
                       dtype=args.dtype, encoder_backend=args.encoder_backend, pack=args.pack,
                       parakeet_backend=args.parakeet_backend, profiles=args.profiles)
-    engine = random_v3_engine(spec) if args.model == "random-v3" else make_engine(spec)
+    engine = random_v3_engine(spec) if args.model == "random-v3" else make_engine(resolve_engine_spec(spec))
     options = ServerOptions(max_inflight=args.max_inflight, max_audio_held_s=args.max_audio_held_s)
     asyncio.run(serve(OfflineTranscriber(engine, args.max_batch or None), "127.0.0.1", 0, options,
                       lambda url: print(f"READY {url} {engine.name}", flush=True)))
@@ -111,11 +113,11 @@ def serve_main(args: argparse.Namespace) -> None:
 
 def speech(seconds: float, seed: int) -> np.ndarray:
     try:
-        from tests.corpus import SOUNDS  # needs pytest
+        from testkit.corpus import SOUNDS  # needs pytest
     except ImportError:
         SOUNDS = Path("/nonexistent")
     if SOUNDS.is_dir():
-        from bench.offline_audio import speech_track
+        from testkit.offline_audio import speech_track
 
         return speech_track(seconds, seed=seed)[0]
     # No Asterisk prompts here (the GPU machine): speech-like harmonics with pauses in room tone.

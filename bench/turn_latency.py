@@ -39,7 +39,7 @@ from agent.llm_server import embedded_llama_server  # noqa: E402
 from agent.pipeline import Engines, build_worker  # noqa: E402
 from agent.turn_observer import TurnObserver, TurnTiming  # noqa: E402
 from bench.stock_pipecat import stock_turn  # noqa: E402
-from tests.corpus import prompts, wer  # noqa: E402
+from testkit.corpus import prompts, wer  # noqa: E402
 from transports.audio_io import load_audio  # noqa: E402
 from transports.file_transport import CallScript, FileTransport  # noqa: E402
 from transports.webrtc import transport_params  # noqa: E402

@@ -56,11 +56,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agent import phone_routes  # noqa: E402
 from agent.cli import setup_logging  # noqa: E402
 from agent.config import load_config  # noqa: E402
 from agent.runtime import run  # noqa: E402
 from agent.server_factory import EXTENSIONS, make_server  # noqa: E402
-from transports.phone import server_ext  # noqa: E402
 
 TWIML = """<?xml version="1.0" encoding="UTF-8"?>
 <Response>
@@ -106,10 +106,10 @@ async def try_call(url: str, wav: Path, reply_wav: Path | None, token: str = "")
 async def serve(args: argparse.Namespace) -> None:
     config = load_config(args.config, args.set)
     config.server.host, config.server.port = args.host, args.port
-    server = make_server(config, extensions=tuple(e for e in EXTENSIONS if e != "transports.phone.server_ext"))
-    options = server_ext.options_from_config(config)  # [phone] section / $CADENCE_PHONE_OPTIONS
+    server = make_server(config, extensions=tuple(e for e in EXTENSIONS if e != "agent.phone_routes"))
+    options = phone_routes.options_from_config(config)  # [phone] section / $CADENCE_PHONE_OPTIONS
     options.token = args.token or options.token
-    server_ext.install(server, options)
+    phone_routes.install(server, options)
     ready = asyncio.Event()
     task = asyncio.create_task(server.serve_forever(ready))
     waiter = asyncio.create_task(ready.wait())

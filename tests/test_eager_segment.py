@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from asr.eager_segment import EagerSegment
-from tests.corpus import pick
+from testkit.corpus import pick
 from transports.audio_io import load_audio, to_pcm16
 
 RATE = 16000

@@ -7,7 +7,7 @@ import pytest
 
 from agent.config import load_config
 from agent.gpu_memory import GIB, DeviceMemory, GPUPlanError, llm_server_kind, managed_llm_server, plan_for
-from tests.servers import ROOT
+from testkit.servers import ROOT
 
 H200 = DeviceMemory(0, "NVIDIA H200", int(140.4 * GIB), int(139.8 * GIB), "given")
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from agent.llm_server import free_port
-from tests.corpus import pick
-from tests.servers import cadence_serve
+from testkit.corpus import pick
+from testkit.servers import cadence_serve
 from tests.test_webrtc_e2e import _say_and_wait_reply, _wait_quiet
 from transports.audio_io import load_audio
 from transports.webrtc_client import WebRTCCaller

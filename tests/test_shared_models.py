@@ -16,7 +16,7 @@ from agent.shared_models import SharedSileroVADAnalyzer, SharedSmartTurnAnalyzer
 def speech16k() -> bytes:
     import soxr
 
-    from tests.phone.prompts import pcm8k
+    from testkit.phone_prompts import pcm8k
 
     pcm = np.frombuffer(pcm8k("agent-pass"), "<i2").astype(np.float32) / 32768.0
     audio = soxr.resample(pcm, 8000, 16000)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import soxr
 
-from tests.corpus import pick, wer
+from testkit.corpus import pick, wer
 from transports.audio_io import AudioFileError, load_audio
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,8 +10,8 @@ import aiohttp
 import numpy as np
 import pytest
 
-from tests.corpus import pick, wer
-from tests.servers import cadence_serve
+from testkit.corpus import pick, wer
+from testkit.servers import cadence_serve
 from transports.audio_io import load_audio
 from transports.webrtc_client import WebRTCCaller
 

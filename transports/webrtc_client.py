@@ -1,6 +1,7 @@
 """A real aiortc caller: plays audio into a Cadence server over WebRTC and records the reply.
 
-Used by tests, the capacity tool and examples. The microphone track is paced in real time
+Used by the WebRTC end-to-end tests; the capacity tool does not use it (its callers drive the
+pipeline in-process: ``agent.capacity.caller``). The microphone track is paced in real time
 (20 ms frames at 48 kHz); received audio frames are kept with their arrival times.
 """
 

@@ -11,11 +11,11 @@ import shutil
 import subprocess
 import tempfile
 import wave
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
-from agent.config import TTSConfig
+from tts.options import TTSConfig
 
 
 class TTSEngineError(RuntimeError):
@@ -78,8 +78,12 @@ class FliteEngine:
         yield pcm
 
 
-def create_engine(config: TTSConfig) -> TTSEngine:
-    """Pick the engine named in config; ``auto`` means Piper if installed, else flite."""
+def create_engine(config: TTSConfig, default_voice: Callable[[], Path] | None = None) -> TTSEngine:
+    """Pick the engine named in config; ``auto`` means Piper if installed, else flite.
+
+    ``default_voice`` locates the Piper voice when ``tts.voice`` is empty (the runtime passes
+    its embedded-voice locator; a missing voice raises ``FileNotFoundError``).
+    """
     if config.engine == "kokoro":  # the batched GPU engine; options from ``config.kokoro`` when present
         from tts.kokoro.options import KokoroOptions
 
@@ -91,11 +95,11 @@ def create_engine(config: TTSConfig) -> TTSEngine:
         return KokoroEngine(options)
     if config.engine in ("auto", "piper"):
         try:
-            from agent.models import ModelNotFoundError, piper_voice
-
-            voice = Path(config.voice) if config.voice else piper_voice()
+            if not config.voice and default_voice is None:
+                raise TTSEngineError("no Piper voice: set tts.voice")
+            voice = Path(config.voice) if config.voice else default_voice()
             return PiperEngine(voice, config.speed)
-        except (TTSEngineError, ModelNotFoundError):
+        except (TTSEngineError, FileNotFoundError):
             if config.engine == "piper":
                 raise
     if config.engine in ("auto", "flite"):

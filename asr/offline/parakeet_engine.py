@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from asr.offline.engine import EngineSpec
 from asr.offline.plan import PlanOptions
 from asr.offline.results import Word
+from asr.offline.window_engine import EngineSpec, spec_plan
 
 
 def offline_words(words: Iterable[Any]) -> list[Word]:
@@ -42,9 +42,9 @@ class ParakeetWindowEngine:
         engine = ParakeetEngine.from_pretrained(spec.model, device=spec.device, dtype=spec.dtype,
                                                 encoder_backend=spec.encoder_backend)
         engine.warmup()
-        base = os.path.basename(os.path.normpath(spec.model)).removesuffix(".nemo")
+        base = spec.name or os.path.basename(os.path.normpath(spec.model)).removesuffix(".nemo")
         max_batch = spec.max_batch or (64 if spec.device.startswith("cuda") else 8)
-        return cls(engine, base or "parakeet-tdt", max_batch, PlanOptions(max_window_s=spec.max_window_s or 30.0))
+        return cls(engine, base or "parakeet-tdt", max_batch, spec_plan(spec, 30.0))
 
     def transcribe_windows(self, windows: list[np.ndarray], language: str | None) -> list[list[Word]]:
         if not windows:

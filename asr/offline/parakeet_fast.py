@@ -1,6 +1,6 @@
 """Parakeet-TDT on the profiled GPU encoder as an offline window engine (``--parakeet-backend fast``).
 
-On CUDA the windows go to ``asr.parakeet.gpu.offline.GpuTranscriber``: features + FastConformer
+On CUDA the windows go to ``asr.parakeet.gpu.fast_transcriber.GpuTranscriber``: features + FastConformer
 compiled and captured as one CUDA graph per shape profile, the graph decoder, encoder and decoder
 pipelined on two streams. Each window goes to the shortest profile that holds it (a 10 s window
 never pays for 30 s); the windows of one profile are padded to their longest and handed over as
@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from asr.offline.engine import EngineSpec
 from asr.offline.parakeet_engine import offline_words
-from asr.offline.plan import PlanOptions
+from asr.offline.plan import PlanOptions, plan_options
 from asr.offline.results import Word
-from asr.parakeet.gpu.profiles import HOP, ShapeProfile, parse_profiles
+from asr.offline.window_engine import EngineSpec
+from asr.parakeet.encoders.shape_profiles import HOP, ShapeProfile, parse_profiles
 
 if TYPE_CHECKING:
     import torch
 
-    from asr.parakeet.decoder import DecodedSeq
+    from asr.parakeet.decoding.label_looping import DecodedSeq
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +102,9 @@ class FastParakeetWindowEngine:
         max_batch = spec.max_batch or (64 if spec.device.startswith("cuda") else 8)
         transcriber = make_transcriber(checkpoint.model, spec.profiles or default_profiles(max_batch), spec.device,
                                        parse_dtype(spec.dtype))
-        base = os.path.basename(os.path.normpath(spec.model)).removesuffix(".nemo") or "parakeet-tdt"
+        base = spec.name or os.path.basename(os.path.normpath(spec.model)).removesuffix(".nemo") or "parakeet-tdt"
         engine = cls(transcriber, checkpoint.tokenizer, checkpoint.frame_seconds, base, max_batch,
-                     plan_for(transcriber.profiles, spec.max_window_s), checkpoint.features.sample_rate)
+                     plan_for(transcriber.profiles, spec.max_window_s, spec.overlap_s), checkpoint.features.sample_rate)
         engine.warmup(full=spec.device.startswith("cuda"))
         return engine
 
@@ -136,12 +136,13 @@ class FastParakeetWindowEngine:
         return offline_words(group_words(self.tokenizer, seq.tokens, seq.frames, seq.durations, self.frame_seconds))
 
 
-def plan_for(profiles: Sequence[ShapeProfile], max_window_s: float = 0.0, rate: int = 16000) -> PlanOptions:
+def plan_for(profiles: Sequence[ShapeProfile], max_window_s: float = 0.0, overlap_s: float | None = None,
+             rate: int = 16000) -> PlanOptions:
     """Plan options whose windows fit the longest profile (30 s by default, shorter if it is)."""
     longest = max(p.samples for p in profiles) / rate
     window = min(max_window_s or 30.0, longest)
     try:
-        return PlanOptions(max_window_s=window)
+        return plan_options(window, overlap_s)
     except ValueError:
         raise ValueError(f"the longest encoder profile holds {longest:.1f} s; offline windows need more than "
                          f"{2 * PlanOptions.overlap_s + PlanOptions.search_s:g} s") from None
@@ -162,7 +163,7 @@ def make_transcriber(model: Any, profiles: str, device: str, dtype: Any) -> Toke
     """``GpuTranscriber`` on CUDA (compiled, graphed); ``ProfiledTranscriber`` (eager) elsewhere."""
     shapes = parse_profiles(profiles)
     if device.startswith("cuda"):
-        from asr.parakeet.gpu.offline import GpuTranscriber
+        from asr.parakeet.gpu.fast_transcriber import GpuTranscriber
 
         return GpuTranscriber(model, shapes, device=device, dtype=dtype)
     from asr.offline.profiled_cpu import ProfiledTranscriber

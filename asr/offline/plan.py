@@ -32,6 +32,20 @@ class PlanOptions:
             raise ValueError("max_window_s must exceed 2 * overlap_s + search_s")
 
 
+def plan_options(window_s: float, overlap_s: float | None = None) -> PlanOptions:
+    """Options for windows of at most ``window_s`` where two pieces cut inside speech share ``overlap_s``.
+
+    ``overlap_s`` is the whole shared stretch (``overlap_s / 2`` each side of the cut; None keeps
+    the default 1 s each side); the search for a quiet cut shrinks to fit short windows.
+    """
+    if overlap_s is None:
+        return PlanOptions(max_window_s=window_s)
+    if window_s <= 0 or not 0 <= overlap_s < window_s / 2:
+        raise ValueError(f"need window_s > 0 and 0 <= overlap_s < window_s / 2 (got {window_s:g} s, {overlap_s:g} s)")
+    search_s = min(PlanOptions.search_s, (window_s - overlap_s) / 2)
+    return PlanOptions(max_window_s=window_s, overlap_s=overlap_s / 2, search_s=search_s)
+
+
 @dataclass(frozen=True)
 class Piece:
     """Samples ``[start, stop)`` of the file; the piece owns words centred in ``[own_start, own_stop)``."""

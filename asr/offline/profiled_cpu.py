@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from asr.parakeet.decoder import DecodedSeq, LabelLoopingDecoder
-from asr.parakeet.gpu.fast_encoder import FastConformer
-from asr.parakeet.gpu.features import LogMel
+from asr.parakeet.decoding.label_looping import DecodedSeq, LabelLoopingDecoder
+from asr.parakeet.encoders.fast_conformer import FastConformer
+from asr.parakeet.encoders.shape_profiles import HOP, ShapeProfile, plan_batches
 from asr.parakeet.gpu.frontend_graphs import GraphedFrontEnd, host_encoder_lengths
-from asr.parakeet.gpu.profiles import HOP, ShapeProfile, plan_batches
+from asr.parakeet.gpu.log_mel import LogMel
 
 
 class ProfiledTranscriber:

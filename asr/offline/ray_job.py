@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from asr.offline.engine import EngineSpec
+from asr.offline.window_engine import EngineSpec
 
 AUDIO_SUFFIXES = {".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".webm", ".mp4", ".aiff", ".aif"}
 SUFFIX_BY_FORMAT = {"json": ".json", "verbose_json": ".json", "text": ".txt", "srt": ".srt", "vtt": ".vtt"}
@@ -58,7 +58,7 @@ class TranscribeWorker:
     """One engine replica; Ray calls it with batches of ``{"path": [...]}``."""
 
     def __init__(self, spec: EngineSpec, response_format: str, language: str | None) -> None:
-        from asr.offline.engine import make_engine
+        from asr.offline.engine_factory import make_engine
 
         self.engine = make_engine(spec)
         self.response_format, self.language = response_format, language
@@ -66,7 +66,7 @@ class TranscribeWorker:
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
         from asr.offline.decode import decode_file
         from asr.offline.formats import render
-        from asr.offline.pipeline import transcribe_corpus
+        from asr.offline.transcriber import transcribe_corpus
         from transports.audio_io import AudioFileError
 
         paths = [str(p) for p in batch["path"]]

@@ -4,18 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from asr.words import Word
 
-@dataclass(frozen=True)
-class Word:
-    """One word (or sub-word token run) on the file's clock, in seconds."""
-
-    start: float
-    end: float
-    text: str  # carries its own leading space where the engine emitted one
-
-    @property
-    def center(self) -> float:
-        return 0.5 * (self.start + self.end)
+__all__ = ["Segment", "Transcript", "Word"]
 
 
 @dataclass

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from asr.offline.budget import AudioBudget
+from asr.offline.audio_budget import AudioBudget
 from asr.offline.decode import AudioTooLongError, decode_file, probe
 from asr.offline.errors import ApiError
 from asr.offline.formats import RESPONSE_FORMATS, render
-from asr.offline.pipeline import OfflineTranscriber, Timings, timings_header
 from asr.offline.server_stream import stream_transcript
+from asr.offline.transcriber import OfflineTranscriber, Timings, timings_header
 from asr.offline.upload import Upload, read_upload
 from transports.audio_io import AudioFileError
 

@@ -19,8 +19,8 @@ from typing import TypeVar
 import numpy as np
 from aiohttp import web
 
-from asr.offline.pipeline import OfflineTranscriber, Timings
-from asr.offline.streaming import TextStream, delta_event, done_event, sse
+from asr.offline.text_stream import TextStream, delta_event, done_event, sse
+from asr.offline.transcriber import OfflineTranscriber, Timings
 
 log = logging.getLogger("cadence.transcribe_server")
 

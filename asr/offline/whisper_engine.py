@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from asr.offline.engine import EngineSpec
 from asr.offline.plan import PlanOptions
 from asr.offline.results import Word
+from asr.offline.window_engine import EngineSpec, spec_plan
 
 NO_SPEECH_PROB = 0.6
 LOGPROB_FLOOR = -1.0
@@ -38,16 +38,13 @@ class WhisperWindowEngine:
 
     @classmethod
     def load(cls, spec: EngineSpec) -> WhisperWindowEngine:
-        from asr.whisper_stt import shared_whisper_model
+        from asr.whisper_model import shared_whisper_model
 
-        path = spec.model
-        if not path:
-            from agent.models import whisper_model_dir
-
-            path = str(whisper_model_dir())
-        model = shared_whisper_model(path, spec.device, spec.compute_type)
-        name = "whisper-" + os.path.basename(os.path.normpath(path)) if spec.model else "whisper-tiny.en"
-        plan = PlanOptions(max_window_s=min(spec.max_window_s or 30.0, 30.0))
+        if not spec.model:
+            raise ValueError("the whisper engine needs a model directory (the runtime resolves the embedded one)")
+        model = shared_whisper_model(spec.model, spec.device, spec.compute_type)
+        name = spec.name or "whisper-" + os.path.basename(os.path.normpath(spec.model))
+        plan = spec_plan(spec, 30.0, longest_s=30.0)
         engine = cls(model, name, spec.max_batch or 8, plan)
         if not spec.pack:  # one request's audio never shares an input with another's
             engine.fixed_window_s = None

@@ -18,7 +18,7 @@ The encoder call groups a tick's windows by length (``ParakeetEngine.encode(...,
 with the profiles :func:`stream_encoder_profiles` derives, windows up to half the longest run in a
 half-length replay instead of being padded to ten seconds.
 
-On CUDA the decoder carries stay on the device in one ``asr.parakeet.gpu.carry_bank.CarryBank``
+On CUDA the decoder carries stay on the device in one ``asr.parakeet.decoding.carry_bank.CarryBank``
 (a row per open session, gathered and scattered with a few index ops per tick); a session's
 ``carry`` is then a :class:`BankedCarry` marker for its row. On the CPU each session holds its own
 ``DecoderCarry`` as before. ``carry_bank=True/False`` forces either path.
@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from asr.parakeet.decoder import DecodedSeq, DecoderCarry
+from asr.parakeet.decoding.label_looping import DecodedSeq, DecoderCarry
 from asr.parakeet.engine import ParakeetEngine
 from asr.parakeet.staging import AudioStaging
 from asr.parakeet.streaming import StreamConfig, StreamResult, StreamSession, WindowRequest
 
 if TYPE_CHECKING:
-    from asr.parakeet.gpu.carry_bank import CarryBank
+    from asr.parakeet.decoding.carry_bank import CarryBank
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +57,12 @@ def stream_encoder_profiles(config: StreamConfig, max_batch: int) -> str:
     """Encoder shape profiles for a stream batcher: ``name=BATCHxFRAMES`` (``cuda_graphs``' format).
 
     ``s<B>``: the longest window at the partial cadence (``config.max_window_samples``) at every batch
-    step of ``asr.parakeet.gpu.profiles.streaming_profiles`` up to ``max_batch``, plus its ``lag``
+    step of ``asr.parakeet.encoders.shape_profiles.streaming_profiles`` up to ``max_batch``, plus its ``lag``
     profile (twice the frames) for sessions that fell behind; ``h<B>``: half that window, batch steps up
     to ``min(max_batch, HALF_WINDOW_MAX_BATCH)``, for utterances shorter than half the left context
     (most turns of a conversation), which the engine groups by length (``encode(..., by_length=True)``).
     """
-    from asr.parakeet.gpu.profiles import STREAM_BATCH_STEPS, aligned_frames, streaming_profiles
+    from asr.parakeet.encoders.shape_profiles import STREAM_BATCH_STEPS, aligned_frames, streaming_profiles
 
     full = streaming_profiles(config.max_window_samples, max_batch)
     frames = aligned_frames(config.max_window_samples // 160 + 1)
@@ -279,7 +279,7 @@ class StreamBatcher:
         """The carry bank, created or grown (doubling) to hold every row in ``slots``."""
         need = max(slots, default=-1) + 1
         if self._bank is None:
-            from asr.parakeet.gpu.carry_bank import CarryBank
+            from asr.parakeet.decoding.carry_bank import CarryBank
 
             self._bank = CarryBank(self.engine.decoder, max(need, self.max_batch))
         elif need > self._bank.streams:

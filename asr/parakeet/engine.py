@@ -6,7 +6,7 @@
 The pieces (features, encoder backend, label-looping decoder) are public for the streaming
 batcher and the offline pipeline, which call ``encode`` and ``decode`` directly.
 
-Decoder loop: on CUDA every decode runs through ``asr.parakeet.gpu.graph_decoder.GraphDecoder``
+Decoder loop: on CUDA every decode runs through ``asr.parakeet.decoding.graph_decoder.GraphDecoder``
 in ``decoder_graph_mode`` (``auto`` | ``conditional`` | ``graphs`` | ``eager``; ``auto`` picks the
 best the driver supports and falls back if building fails); on the CPU it is the plain loop
 (``LabelLoopingDecoder.run``) whatever the mode. The mode is validated on every device.
@@ -23,16 +23,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from asr.parakeet.decoder import DecodedSeq, DecoderCarry, DecoderState, LabelLoopingDecoder
+from asr.parakeet.decoding.label_looping import DecodedSeq, DecoderCarry, DecoderState, LabelLoopingDecoder
 from asr.parakeet.encoders import EncoderBackend, EncoderOutput, create_encoder
 from asr.parakeet.encoders.base import subsampled_lengths
 from asr.parakeet.features import LogMelFeatures
 from asr.parakeet.loading import ParakeetCheckpoint, load_parakeet, parse_dtype
-from asr.parakeet.tokenizer import Word, group_words
+from asr.parakeet.tokenizer import group_words
+from asr.words import Word
 
 if TYPE_CHECKING:
-    from asr.parakeet.gpu.carry_bank import CarryBank
-    from asr.parakeet.gpu.graph_decoder import GraphDecoder
+    from asr.parakeet.decoding.carry_bank import CarryBank
+    from asr.parakeet.decoding.graph_decoder import GraphDecoder
 
 DECODER_GRAPH_MODES = ("auto", "conditional", "graphs", "eager")
 
@@ -56,7 +57,7 @@ def make_graph_decoder(decoder: LabelLoopingDecoder, mode: str = "auto") -> Grap
     mode = check_decoder_graph_mode(mode)
     if decoder.device.type != "cuda":
         return None
-    from asr.parakeet.gpu.graph_decoder import GraphDecoder
+    from asr.parakeet.decoding.graph_decoder import GraphDecoder
 
     return GraphDecoder(decoder, mode)
 
@@ -89,7 +90,7 @@ def length_groups(frames: Sequence[int], profiles: Sequence[Any],
     the last bucket); adjacent buckets may merge. Of the 2^(k-1) ways to merge k buckets the one with
     the least ``sum(plan cost + overhead)`` wins, ties to fewer groups. One group: ``[all rows]``.
     """
-    from asr.parakeet.gpu.profiles import plan_batches
+    from asr.parakeet.encoders.shape_profiles import plan_batches
 
     sizes = sorted({p.frames for p in profiles})
     longest = sizes[-1]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from asr.parakeet.decoder import DecodedSeq, DecoderState, LabelLoopingDecoder
+from asr.parakeet.decoding.label_looping import DecodedSeq, DecoderState, LabelLoopingDecoder
 
 
 @dataclass(frozen=True)

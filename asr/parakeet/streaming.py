@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from asr.parakeet.decoder import DecodedSeq, DecoderCarry
+from asr.parakeet.decoding.label_looping import DecodedSeq, DecoderCarry
 
 _ids = itertools.count(1)
 

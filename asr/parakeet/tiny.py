@@ -4,6 +4,8 @@
 ``model.safetensors``, ``generation_config.json``, ``preprocessor_config.json``, a real
 SentencePiece ``tokenizer.model`` trained offline here, plus ``tokenizer.json``);
 ``make_tiny_nemo`` writes the same weights as a ``.nemo`` archive with NeMo's key names.
+``tiny_model`` / ``checkpoint`` give the same model in memory (no tokenizer training) and
+``tiny_tdt`` the GPU parity tests' model: the one builder for tests and benches.
 
 The joint's output bias is set so decoding behaves like speech: blank wins most frames and the
 model emits about ``target_rate`` tokens per encoder frame (calibrated on synthetic audio unless
@@ -18,7 +20,9 @@ import math
 import random
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,6 +43,8 @@ _WORD_TEXT = (
     "walk drive fly read write send receive check change cancel book meeting train flight ticket hotel"
 )
 _SYLLABLES = "ka ri mo ten sa lu vin dor pel quo zan tri fe gol hum bra cle dru esk fon gri"
+# Inference-only encoder: every dropout off (the bench's v3-sized config uses it too).
+NO_DROPOUT = dict(dropout=0.0, dropout_positions=0.0, layerdrop=0.0, activation_dropout=0.0, attention_dropout=0.0)
 
 
 def synthetic_corpus(seed: int = 0, sentences: int = 4000) -> list[str]:
@@ -69,8 +75,7 @@ def tiny_config(vocab_size: int, layers: int, hidden: int, pred_hidden: int) -> 
     encoder = dict(
         hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=hidden * 4,
         num_mel_bins=128, subsampling_conv_channels=16, conv_kernel_size=9, attention_bias=False,
-        convolution_bias=False, scale_input=False, dropout=0.0, dropout_positions=0.0, layerdrop=0.0,
-        activation_dropout=0.0, attention_dropout=0.0,
+        convolution_bias=False, scale_input=False, **NO_DROPOUT,
     )
     return ParakeetTDTConfig(
         encoder_config=encoder, vocab_size=vocab_size + 1, blank_token_id=vocab_size, pad_token_id=1,
@@ -174,7 +179,7 @@ def center_encoder_projection(model: torch.nn.Module, seed: int = 0) -> None:
 
 def calibrate_blank_bias(model: torch.nn.Module, target_rate: float = 0.3, seed: int = 0) -> float:
     """Bisect the blank bias until greedy decoding emits about ``target_rate`` tokens per frame."""
-    from asr.parakeet.decoder import LabelLoopingDecoder
+    from asr.parakeet.decoding.label_looping import LabelLoopingDecoder
 
     clips = [synthetic_speech(3.0 + i, seed=seed * 100 + i) for i in range(5)]
     enc, lengths = encode_clips(model, clips)
@@ -196,27 +201,91 @@ def calibrate_blank_bias(model: torch.nn.Module, target_rate: float = 0.3, seed:
     return round((low + high) / 2, 3)
 
 
-def build_tiny_model(
-    vocab_size: int = 256, layers: int = 2, seed: int = 0, blank_bias: float | None = None,
-    hidden: int = 64, pred_hidden: int = 64, target_rate: float = 0.3,
-) -> tuple[torch.nn.Module, bytes]:
-    """The model (eval, float32) and its SentencePiece model bytes."""
+def tiny_model(seed: int = 0, layers: int = 2, hidden: int = 64, vocab_size: int = 256,
+               blank_bias: float | None = None, target_rate: float = 0.3,
+               pred_hidden: int | None = None) -> torch.nn.Module:
+    """The tiny architecture and weight recipe (eval, float32, CPU), without a tokenizer.
+
+    About ``target_rate`` tokens per encoder frame on speech-like audio (unless ``blank_bias``).
+    """
     from transformers import ParakeetForTDT
 
-    sp_model = train_sentencepiece(vocab_size, seed)
     torch.manual_seed(seed)
-    model = ParakeetForTDT(tiny_config(vocab_size, layers, hidden, pred_hidden)).eval().requires_grad_(False)
+    config = tiny_config(vocab_size, layers, hidden, pred_hidden or hidden)
+    model = ParakeetForTDT(config).eval().requires_grad_(False)
     _randomize(model, seed)
     center_encoder_projection(model, seed)
     if blank_bias is None:
         blank_bias = calibrate_blank_bias(model, target_rate, seed)
     set_joint_bias(model.joint.head, vocab_size, blank_bias)
+    return model
+
+
+def build_tiny_model(
+    vocab_size: int = 256, layers: int = 2, seed: int = 0, blank_bias: float | None = None,
+    hidden: int = 64, pred_hidden: int = 64, target_rate: float = 0.3,
+) -> tuple[torch.nn.Module, bytes]:
+    """The model (eval, float32) and its SentencePiece model bytes."""
+    sp_model = train_sentencepiece(vocab_size, seed)
+    model = tiny_model(seed, layers, hidden, vocab_size, blank_bias, target_rate, pred_hidden)
     gen = model.generation_config
     gen.decoder_start_token_id = model.config.blank_token_id
     gen.pad_token_id = model.config.pad_token_id
     # as transformers' converter does: never pick a duration logit as the next token
     gen.suppress_tokens = list(range(vocab_size + 1, vocab_size + 1 + len(model.config.durations)))
     return model, sp_model
+
+
+class IdTokenizer:
+    """Token ids as text (``t17 t4``): the engine's tokenizer contract without a model file."""
+
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join(f"t{i}" for i in ids if 0 <= i < self.vocab_size)
+
+    def piece(self, token_id: int) -> str:
+        return f"\u2581t{token_id}" if 0 <= token_id < self.vocab_size else ""
+
+
+def checkpoint(model: torch.nn.Module, source: str = "random") -> Any:
+    """Wrap a transformers ``ParakeetForTDT`` as a ``ParakeetCheckpoint`` (default features, ``IdTokenizer``)."""
+    from asr.parakeet.features import FeatureConfig
+    from asr.parakeet.loading import ParakeetCheckpoint
+
+    config = model.config
+    features = FeatureConfig(n_mels=config.encoder_config.num_mel_bins)
+    return ParakeetCheckpoint(model, IdTokenizer(config.vocab_size - 1), features, source)
+
+
+# The GPU path's CPU tests: 2 layers, 64 wide, 32 mels, 32 tokens + blank.
+TINY_TDT_ENCODER = dict(
+    hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, num_mel_bins=32,
+    subsampling_conv_channels=8, attention_bias=False, convolution_bias=False, scale_input=False, **NO_DROPOUT,
+)
+
+
+def tiny_tdt(seed: int = 0, **enc_overrides: Any) -> torch.nn.Module:
+    """A 2-layer, 64-wide ``ParakeetForTDT`` (transformers' init) with non-trivial BatchNorm statistics
+    and attention biases: the model the GPU path's parity tests compare implementations on."""
+    import transformers
+
+    config = transformers.ParakeetTDTConfig(
+        encoder_config={**TINY_TDT_ENCODER, **enc_overrides}, vocab_size=33, decoder_hidden_size=16,
+        blank_token_id=32)
+    torch.manual_seed(seed)
+    model = transformers.ParakeetForTDT(config).eval()
+    with torch.no_grad():
+        for layer in model.encoder.layers:
+            bn = layer.conv.norm
+            bn.running_mean.normal_(0, 0.3)
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.normal_(1.0, 0.2)
+            bn.bias.normal_(0, 0.2)
+            layer.self_attn.bias_u.normal_(0, 0.3)
+            layer.self_attn.bias_v.normal_(0, 0.3)
+    return model
 
 
 def _write_tokenizer_json(sp_file: Path, out_dir: Path) -> None:

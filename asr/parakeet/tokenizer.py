@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from asr.parakeet._deps import require
+from asr.words import Word
 
 WORD_START = "\u2581"  # SentencePiece's word-boundary marker
 
@@ -78,15 +78,6 @@ def load_tokenizer(folder: str | Path, vocab_size: int | None = None) -> Tokeniz
     raise FileNotFoundError(f"{folder}: no tokenizer.model or tokenizer.json")
 
 
-@dataclass
-class Word:
-    """A word with times in seconds (start of its first token, end of its last token's duration)."""
-
-    text: str
-    start: float
-    end: float
-
-
 def group_words(
     tokenizer: Tokenizer, tokens: Sequence[int], frames: Sequence[int], durations: Sequence[int],
     frame_s: float, offset_s: float = 0.0,
@@ -100,7 +91,7 @@ def group_words(
         if current and piece.startswith(WORD_START):
             text = tokenizer.decode(current).strip()
             if text:
-                words.append(Word(text, start, end))
+                words.append(Word(start, end, text))
             current = []
         if not current:
             start = offset_s + frame * frame_s
@@ -109,5 +100,5 @@ def group_words(
     if current:
         text = tokenizer.decode(current).strip()
         if text:
-            words.append(Word(text, start, end))
+            words.append(Word(start, end, text))
     return words

@@ -1,6 +1,6 @@
 """The headline GPU configuration against the fp32 plain loop, on a model with trained-like margins.
 
-Fast path: ``GpuTranscriber`` (asr/parakeet/gpu/offline.py) in bf16 with the compiled encoder captured
+Fast path: ``GpuTranscriber`` (asr/parakeet/gpu/fast_transcriber.py) in bf16 with the compiled encoder captured
 as CUDA graphs, the fused Triton decoder steps in a conditional (WHILE-node) graph, encoder and
 decoder on two streams. Reference: transformers' encoder in fp32 (TF32 off) and
 ``LabelLoopingDecoder``'s plain loop in fp32, traced decision by decision.
@@ -53,7 +53,7 @@ def reference_model(case: str) -> torch.nn.Module:
 
     if case == "tiny":
         return build_reference_model(seed=0).to("cuda")
-    from bench.common import make_model
+    from asr.parakeet.random_v3 import make_model
 
     model = make_model(device="cuda", dtype=torch.float32, seed=0)
     sharpen_decisions(model, seed=0)
@@ -70,10 +70,10 @@ def clips_for(case: str) -> list[np.ndarray]:
 
 
 def check(case: str = "tiny") -> dict[str, Any]:
-    from asr.parakeet.decoder import LabelLoopingDecoder
+    from asr.parakeet.decoding.label_looping import LabelLoopingDecoder
+    from asr.parakeet.encoders.shape_profiles import parse_profiles
     from asr.parakeet.features import LogMelFeatures
-    from asr.parakeet.gpu.offline import GpuTranscriber
-    from asr.parakeet.gpu.profiles import parse_profiles
+    from asr.parakeet.gpu.fast_transcriber import GpuTranscriber
     from asr.parakeet.margins import forced_margins, judge, margin_stats, trace_decode
 
     spec = CASES[case]

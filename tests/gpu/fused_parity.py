@@ -11,9 +11,9 @@ import sys
 
 import torch
 
-from asr.parakeet.decoder import LabelLoopingDecoder
-from asr.parakeet.gpu.graph_decoder import GraphDecoder
-from tests.gpu.tiny import tiny_tdt
+from asr.parakeet.decoding.graph_decoder import GraphDecoder
+from asr.parakeet.decoding.label_looping import LabelLoopingDecoder
+from asr.parakeet.tiny import tiny_tdt
 
 
 def _decoder(blank_bias: float, device: str, seed: int = 5) -> LabelLoopingDecoder:

@@ -30,11 +30,11 @@ import sys
 
 import torch
 
-from asr.parakeet.decoder import DecoderState, LabelLoopingDecoder
-from asr.parakeet.gpu.fused_step import FusedSteps
-from asr.parakeet.gpu.graph_decoder import GraphDecoder
+from asr.parakeet.decoding.fused_step import FusedSteps
+from asr.parakeet.decoding.graph_decoder import GraphDecoder
+from asr.parakeet.decoding.label_looping import DecoderState, LabelLoopingDecoder
 from asr.parakeet.margins import Decision, judge
-from tests.gpu.tiny import tiny_tdt
+from asr.parakeet.tiny import tiny_tdt
 
 
 def _copy_state(dst: DecoderState, src: DecoderState) -> None:

@@ -10,7 +10,7 @@ import torch
 pytest.importorskip("transformers")
 
 from asr.parakeet.encoders import backend_names, create_encoder  # noqa: E402
-from tests.gpu.tiny import tiny_tdt  # noqa: E402
+from asr.parakeet.tiny import tiny_tdt  # noqa: E402
 
 
 def test_gpu_backends_are_registered() -> None:

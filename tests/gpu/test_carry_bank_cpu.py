@@ -7,9 +7,9 @@ import torch
 
 pytest.importorskip("transformers")
 
-from asr.parakeet.decoder import LabelLoopingDecoder  # noqa: E402
-from asr.parakeet.gpu.carry_bank import CarryBank  # noqa: E402
-from tests.gpu.tiny import tiny_tdt  # noqa: E402
+from asr.parakeet.decoding.carry_bank import CarryBank  # noqa: E402
+from asr.parakeet.decoding.label_looping import LabelLoopingDecoder  # noqa: E402
+from asr.parakeet.tiny import tiny_tdt  # noqa: E402
 
 
 def test_bank_matches_per_stream_carries() -> None:

@@ -7,8 +7,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from asr.parakeet.gpu.fast_encoder import FastConformer, encoder_frames, rel_shift  # noqa: E402
-from tests.gpu.tiny import tiny_tdt  # noqa: E402
+from asr.parakeet.encoders.fast_conformer import FastConformer, encoder_frames, rel_shift  # noqa: E402
+from asr.parakeet.tiny import tiny_tdt  # noqa: E402
 
 
 def test_rel_shift_strided_view_equals_pad_reshape() -> None:

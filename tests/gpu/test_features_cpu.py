@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from asr.parakeet.gpu.features import LogMel, feature_frames, slaney_mel_filters
+from asr.parakeet.gpu.log_mel import LogMel, feature_frames, slaney_mel_filters
 
 
 def test_slaney_filters_match_transformers_mel_filter_bank() -> None:

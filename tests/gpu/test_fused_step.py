@@ -43,9 +43,9 @@ def test_fused_steps_match_the_torch_bodies_on_cuda(mode: str) -> None:
 
 
 def test_unknown_step_is_a_value_error() -> None:
-    from asr.parakeet.decoder import LabelLoopingDecoder
-    from asr.parakeet.gpu.graph_decoder import resolve_step
-    from tests.gpu.tiny import tiny_tdt
+    from asr.parakeet.decoding.graph_decoder import resolve_step
+    from asr.parakeet.decoding.label_looping import LabelLoopingDecoder
+    from asr.parakeet.tiny import tiny_tdt
 
     decoder = LabelLoopingDecoder.from_model(tiny_tdt(), device="cpu", dtype=torch.float32)
     with pytest.raises(ValueError, match="auto, torch, fused"):
@@ -54,10 +54,10 @@ def test_unknown_step_is_a_value_error() -> None:
 
 
 def test_auto_steps_fall_back_to_the_torch_bodies_when_the_fused_kernels_fail(monkeypatch) -> None:
-    from asr.parakeet.decoder import LabelLoopingDecoder
-    from asr.parakeet.gpu import fused_step, graph_decoder
-    from asr.parakeet.gpu.graph_decoder import GraphDecoder
-    from tests.gpu.tiny import tiny_tdt
+    from asr.parakeet.decoding import fused_step, graph_decoder
+    from asr.parakeet.decoding.graph_decoder import GraphDecoder
+    from asr.parakeet.decoding.label_looping import LabelLoopingDecoder
+    from asr.parakeet.tiny import tiny_tdt
 
     decoder = LabelLoopingDecoder.from_model(tiny_tdt(seed=3), device="cpu", dtype=torch.float32)
     monkeypatch.setattr(graph_decoder, "resolve_step", lambda step, dec: "fused")  # as on a CUDA box

@@ -83,12 +83,11 @@ def test_bf16_kernels_part_from_the_torch_steps_only_at_near_ties_on_cuda() -> N
 def test_the_bench_case_v3_batch_128_30_s_parts_only_at_near_ties() -> None:
     """``bench/decoder_bench.py``'s batch-128 case (99.88% token agreement in runs 8 and 15), replayed."""
     pytest.importorskip("triton")
-    from asr.parakeet.decoder import LabelLoopingDecoder
-    from asr.parakeet.gpu.fast_encoder import FastConformer
-    from asr.parakeet.gpu.features import LogMel
+    from asr.parakeet.decoding.label_looping import LabelLoopingDecoder
+    from asr.parakeet.encoders.fast_conformer import FastConformer
     from asr.parakeet.gpu.frontend_graphs import host_encoder_lengths
-    from bench.common import random_audio
-    from bench.emission import calibrated_model
+    from asr.parakeet.gpu.log_mel import LogMel
+    from asr.parakeet.random_v3 import calibrated_model, random_audio
     from tests.gpu.fused_ties import check
 
     model, _ = calibrated_model()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from asr.parakeet.decoder import LabelLoopingDecoder
-from asr.parakeet.gpu.graph_decoder import GraphDecoder
-from tests.gpu.tiny import tiny_tdt
+from asr.parakeet.decoding.graph_decoder import GraphDecoder
+from asr.parakeet.decoding.label_looping import LabelLoopingDecoder
+from asr.parakeet.tiny import tiny_tdt
 
 pytestmark = [
     pytest.mark.gpu,

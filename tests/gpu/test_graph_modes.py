@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from asr.parakeet.gpu.cuda_api import check, parse_version
-from asr.parakeet.gpu.graph_modes import Capabilities, GraphMode, best_mode, fallbacks, select_mode
+from asr.parakeet.decoding.cuda_api import check, parse_version
+from asr.parakeet.decoding.graph_modes import Capabilities, GraphMode, best_mode, fallbacks, select_mode
 
 FULL = Capabilities(cuda=True, driver_version=13000, bindings_version=(13, 3, 1))
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from asr.parakeet.encoders import create_encoder
-from tests.gpu.tiny import tiny_tdt
+from asr.parakeet.tiny import tiny_tdt
 
 pytestmark = [
     pytest.mark.gpu,

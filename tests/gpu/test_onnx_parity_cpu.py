@@ -12,9 +12,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from asr.parakeet.gpu.fast_encoder import FastConformer  # noqa: E402
-from asr.parakeet.gpu.onnx_export import export_encoder_onnx, file_digest  # noqa: E402
-from tests.gpu.tiny import tiny_tdt  # noqa: E402
+from asr.parakeet.encoders.fast_conformer import FastConformer  # noqa: E402
+from asr.parakeet.encoders.onnx_export import export_encoder_onnx, file_digest  # noqa: E402
+from asr.parakeet.tiny import tiny_tdt  # noqa: E402
 
 
 def test_onnx_export_matches_torch_at_other_shapes(tmp_path: Path) -> None:

@@ -50,9 +50,10 @@ def test_two_callers_on_the_gpu_config_asr(tmp_path):
     from pipecat.tests.utils import run_test
 
     from agent.config import load_config
-    from asr.parakeet.stt_service import create_parakeet_stt, shared_parakeet_batcher
+    from asr.parakeet.random_v3 import write_random_checkpoint as build
+    from asr.parakeet.shared_engine import shared_parakeet_batcher
+    from asr.parakeet.stt_service import create_parakeet_stt
     from asr.parakeet.tiny import synthetic_speech
-    from bench.parakeet_checkpoint import build
 
     build(tmp_path / "parakeet", tiny=True)
     asr = load_config(ROOT / "examples" / "gpu.toml", [f"asr.model={tmp_path / 'parakeet'}",

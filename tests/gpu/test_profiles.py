@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from asr.parakeet.gpu.profiles import (
+from asr.parakeet.encoders.shape_profiles import (
     DEFAULT_PROFILES,
     ShapeProfile,
     aligned_frames,
@@ -70,7 +70,7 @@ def test_profile_samples_give_exactly_its_frames() -> None:
 def test_streaming_profiles_fit_the_windows_in_small_batch_steps() -> None:
     import numpy as np
 
-    from asr.parakeet.gpu.profiles import streaming_profiles
+    from asr.parakeet.encoders.shape_profiles import streaming_profiles
     from asr.parakeet.streaming import StreamConfig, StreamSession
 
     config = StreamConfig(left_context_s=2.0, chunk_ms=160)
@@ -97,8 +97,8 @@ def test_serve_derives_stream_profiles_and_batch_for_cuda_graphs_on_cuda() -> No
 
     pytest.importorskip("pipecat")  # the STT service module (not installed on the GPU machine)
 
+    from asr.parakeet.shared_engine import stream_max_batch, stream_profiles
     from asr.parakeet.streaming import StreamConfig
-    from asr.parakeet.stt_service import stream_max_batch, stream_profiles
 
     stream = StreamConfig(left_context_s=10.0)
     gpu = SimpleNamespace(device="cuda", encoder_backend="cuda_graphs", profiles="", stream_max_batch=0)

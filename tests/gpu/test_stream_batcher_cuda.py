@@ -24,13 +24,16 @@ import torch
 pytest.importorskip("transformers")
 
 from asr.parakeet.batcher import BankedCarry, StreamBatcher, stream_encoder_profiles  # noqa: E402
-from asr.parakeet.decoder import DecodedSeq  # noqa: E402
+from asr.parakeet.decoding.label_looping import DecodedSeq  # noqa: E402
 from asr.parakeet.encoders import EncoderOutput  # noqa: E402
+from asr.parakeet.encoders.shape_profiles import parse_profiles  # noqa: E402
 from asr.parakeet.engine import ParakeetEngine, length_groups, pad_batch  # noqa: E402
-from asr.parakeet.gpu.profiles import parse_profiles  # noqa: E402
 from asr.parakeet.streaming import StreamConfig, StreamResult, StreamSession  # noqa: E402
-from asr.parakeet.tiny import synthetic_speech  # noqa: E402
-from bench.stream_engine import checkpoint, tiny_model  # noqa: E402
+from asr.parakeet.tiny import (  # noqa: E402
+    checkpoint,
+    synthetic_speech,  # noqa: E402
+    tiny_model,
+)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from asr.parakeet.gpu import tensorrt_engine as te
-from asr.parakeet.gpu.profiles import parse_profiles
+from asr.parakeet.encoders import tensorrt_engine as te
+from asr.parakeet.encoders.shape_profiles import parse_profiles
 
 PROFILES = parse_profiles("chunk=512x32,segment=128x3072,long=4x30720")
 

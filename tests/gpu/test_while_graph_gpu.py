@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from asr.parakeet.gpu.graph_modes import GraphMode
-from asr.parakeet.gpu.selftest import ToyLoop, compare, random_lengths
-from asr.parakeet.gpu.while_graph import ConditionalLoop, EagerLoop, HostCheckedLoop
+from asr.parakeet.decoding.graph_modes import GraphMode
+from asr.parakeet.decoding.selftest import ToyLoop, compare, random_lengths
+from asr.parakeet.decoding.while_graph import ConditionalLoop, EagerLoop, HostCheckedLoop
 
 pytestmark = [
     pytest.mark.gpu,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit.servers import cadence_process
 from tests.offline.settings import UPLOAD_LIMIT_MB
-from tests.servers import cadence_process
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +21,7 @@ def server_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def prompt_files(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, str]]:
     """Eight real prompts of five words or more, as 8 kHz WAV files, with their texts."""
-    from tests.corpus import prompts
+    from testkit.corpus import prompts
 
     chosen = prompts(min_words=5)[:8]
     return [(p.path, p.text) for p in chosen]

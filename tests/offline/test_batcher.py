@@ -8,9 +8,9 @@ import threading
 import numpy as np
 import pytest
 
-from asr.offline.batcher import WindowBatcher, length_batches
 from asr.offline.results import Word
-from tests.corpus import wer
+from asr.offline.window_batcher import WindowBatcher, length_batches
+from testkit.corpus import wer
 
 
 class RecordingEngine:
@@ -32,9 +32,11 @@ class RecordingEngine:
 
 @pytest.fixture(scope="module")
 def whisper():  # type: ignore[no-untyped-def]
-    from asr.offline.engine import EngineSpec, make_engine
+    from agent.models import resolve_engine_spec
+    from asr.offline.engine_factory import make_engine
+    from asr.offline.window_engine import EngineSpec
 
-    return make_engine(EngineSpec(pack=True))
+    return make_engine(resolve_engine_spec(EngineSpec(pack=True)))
 
 
 def test_length_batches_groups_similar_lengths() -> None:
@@ -42,7 +44,7 @@ def test_length_batches_groups_similar_lengths() -> None:
 
 
 def test_windows_of_many_requests_share_batches_by_length(whisper) -> None:  # type: ignore[no-untyped-def]
-    from bench.offline_audio import prompt_clips, speech_track
+    from testkit.offline_audio import prompt_clips, speech_track
 
     short = [c for c in prompt_clips() if 1.5 * 16000 < len(c[0]) < 3.5 * 16000 ][:6]
     long = [speech_track(10, seed=k)[0] for k in range(3)]
@@ -79,7 +81,7 @@ def test_windows_of_many_requests_share_batches_by_length(whisper) -> None:  # t
 
 
 def test_short_windows_of_many_requests_are_packed_into_one_whisper_input(whisper) -> None:  # type: ignore[no-untyped-def]
-    from bench.offline_audio import prompt_clips
+    from testkit.offline_audio import prompt_clips
 
     clips = [c for c in prompt_clips() if 2 * 16000 < len(c[0]) < 5 * 16000 and len(c[1].split()) >= 5][:6]
     engine = RecordingEngine(whisper, pack=True)
@@ -104,8 +106,8 @@ def test_short_windows_of_many_requests_are_packed_into_one_whisper_input(whispe
 
 
 def test_a_corpus_of_short_files_is_packed_too(whisper) -> None:  # type: ignore[no-untyped-def]
-    from asr.offline.pipeline import transcribe_corpus
-    from bench.offline_audio import prompt_clips
+    from asr.offline.transcriber import transcribe_corpus
+    from testkit.offline_audio import prompt_clips
 
     clips = [c for c in prompt_clips() if len(c[1].split()) >= 6][:5]
     engine = RecordingEngine(whisper, pack=True)
@@ -119,8 +121,10 @@ def test_a_corpus_of_short_files_is_packed_too(whisper) -> None:  # type: ignore
 
 
 def test_packing_is_opt_in(whisper) -> None:  # type: ignore[no-untyped-def]
-    from asr.offline.engine import EngineSpec, make_engine
+    from agent.models import resolve_engine_spec
+    from asr.offline.engine_factory import make_engine
+    from asr.offline.window_engine import EngineSpec
 
     assert whisper.fixed_window_s == 30.0
-    assert make_engine(EngineSpec()).fixed_window_s is None  # off by default
+    assert make_engine(resolve_engine_spec(EngineSpec())).fixed_window_s is None  # off by default
     assert whisper.fixed_window_s == 30.0  # the shared model's other engines keep packing

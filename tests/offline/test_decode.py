@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from asr.offline.decode import AudioTooLongError, decode_file, probe
-from bench.offline_audio import write_audio
+from testkit.offline_audio import write_audio
 from transports.audio_io import AudioFileError, load_audio
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from asr.offline.engine import EngineSpec, parakeet_backend
+from asr.offline.window_engine import EngineSpec, parakeet_backend
 from tests.offline.settings import ROOT
 
 pytest.importorskip("torch")
@@ -41,7 +41,7 @@ def test_backend_choice() -> None:
 
 def test_windows_go_to_the_shortest_profile_that_holds_them() -> None:
     from asr.offline.parakeet_fast import plan_for, profile_groups
-    from asr.parakeet.gpu.profiles import parse_profiles
+    from asr.parakeet.encoders.shape_profiles import parse_profiles
 
     profiles = parse_profiles(PROFILES)
     hop = 160
@@ -57,10 +57,10 @@ def test_windows_go_to_the_shortest_profile_that_holds_them() -> None:
 
 
 def test_fast_adapter_gives_the_general_paths_words(tiny: Path) -> None:
-    from asr.offline.engine import make_engine
+    from asr.offline.engine_factory import make_engine
     from asr.offline.parakeet_engine import ParakeetWindowEngine
     from asr.offline.parakeet_fast import FastParakeetWindowEngine
-    from bench.offline_audio import speech_track
+    from testkit.offline_audio import speech_track
 
     general = make_engine(EngineSpec(engine="parakeet", model=str(tiny), device="cpu"))
     fast = make_engine(EngineSpec(engine="parakeet", model=str(tiny), device="cpu", parakeet_backend="fast",
@@ -80,11 +80,11 @@ def test_fast_adapter_gives_the_general_paths_words(tiny: Path) -> None:
 def test_cpu_fast_backend_never_imports_cuda_code(tiny: Path) -> None:
     """On the CPU the fast backend runs without the CUDA-only modules (graph decoder, GPU transcriber)."""
     code = (
-        "import sys; from asr.offline.engine import EngineSpec, make_engine\n"
+        "import sys; from asr.offline.engine_factory import make_engine; from asr.offline.window_engine import EngineSpec\n"
         f"e = make_engine(EngineSpec(engine='parakeet', model={str(tiny)!r}, device='cpu',"
         f" parakeet_backend='fast', profiles='a=1x1024'))\n"
         "import numpy as np; e.transcribe_windows([np.zeros(16000, np.float32)], None)\n"
-        "bad = [m for m in ('asr.parakeet.gpu.offline', 'asr.parakeet.gpu.graph_decoder') if m in sys.modules]\n"
+        "bad = [m for m in ('asr.parakeet.gpu.fast_transcriber', 'asr.parakeet.decoding.graph_decoder') if m in sys.modules]\n"
         "assert not bad, bad; print('ok')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)

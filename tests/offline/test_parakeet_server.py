@@ -25,7 +25,7 @@ openai = pytest.importorskip("openai")
 
 def test_parakeet_engine_behind_the_server(tmp_path: Path) -> None:
     from asr.parakeet.tiny import make_tiny_checkpoint
-    from bench.offline_audio import speech_track, write_audio
+    from testkit.offline_audio import speech_track, write_audio
 
     ckpt = make_tiny_checkpoint(tmp_path / "tiny")
     first, _ = speech_track(40, seed=3)  # longer than a 30 s window: cut with overlap

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.corpus import wer
+from testkit.corpus import wer
 from tests.offline.settings import ROOT
 
 pytest.importorskip("ray")
@@ -46,9 +46,10 @@ def test_cadence_transcribe_ray_runs_the_parakeet_engine_of_the_in_process_pipel
     import json
 
     from asr.offline.decode import decode_file
-    from asr.offline.engine import EngineSpec, make_engine
+    from asr.offline.engine_factory import make_engine
     from asr.offline.formats import render
-    from asr.offline.pipeline import transcribe_corpus
+    from asr.offline.transcriber import transcribe_corpus
+    from asr.offline.window_engine import EngineSpec
     from asr.parakeet.tiny import make_tiny_checkpoint
 
     model = make_tiny_checkpoint(tmp_path / "tiny", vocab_size=256, layers=2, seed=3)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.corpus import wer
+from testkit.corpus import wer
 from tests.offline.settings import UPLOAD_LIMIT_MB
 
 if shutil.which("curl") is None:

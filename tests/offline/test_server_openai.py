@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.corpus import wer
+from testkit.corpus import wer
 
 openai = pytest.importorskip("openai")
 
@@ -87,7 +87,7 @@ def test_concurrent_requests_get_their_own_text(server_url: str, prompt_files: l
 
 def test_three_hours_in_one_request(server_url: str, tmp_path: Path) -> None:
     """Mostly silence with five real prompts; each comes back once, at its own time."""
-    from bench.offline_audio import sparse_track, write_audio
+    from testkit.offline_audio import sparse_track, write_audio
 
     at = [30.0, 2400.0, 5400.0, 8100.0, 10740.0]
     audio, placed = sparse_track(3 * 3600, at, rate=8000)

@@ -16,12 +16,12 @@ import pytest
 from aiohttp import FormData
 from aiohttp.test_utils import TestClient, TestServer
 
-from asr.offline.pipeline import OfflineTranscriber
 from asr.offline.plan import PlanOptions
 from asr.offline.results import Word
 from asr.offline.server import TranscriptionServer
 from asr.offline.stitch import build_transcript
-from asr.offline.streaming import TextStream
+from asr.offline.text_stream import TextStream
+from asr.offline.transcriber import OfflineTranscriber
 
 
 def test_deltas_rebuild_the_transcript_text_after_every_window() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import cadence_process
+from testkit.servers import cadence_process
 
 openai = pytest.importorskip("openai")
 
@@ -30,7 +30,7 @@ def health(url: str) -> dict:
 @pytest.fixture(scope="module")
 def long_speech(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """150 s of continuous speech: six windows of up to 30 s."""
-    from bench.offline_audio import speech_track, write_audio
+    from testkit.offline_audio import speech_track, write_audio
 
     audio, _ = speech_track(150, seed=11)
     return write_audio(tmp_path_factory.mktemp("stream") / "speech.flac", audio, 16000)

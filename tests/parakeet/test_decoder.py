@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from asr.parakeet.decoder import LabelLoopingDecoder
+from asr.parakeet.decoding.label_looping import LabelLoopingDecoder
 from asr.parakeet.tiny import encode_clips, synthetic_speech
 from tests.parakeet.reference import max_symbols_on_a_frame, reference_decode
 

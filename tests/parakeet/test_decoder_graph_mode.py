@@ -70,7 +70,7 @@ def test_cpu_always_runs_the_plain_loop(tiny_dir, engine, mode: str) -> None:
 
 def test_cuda_decoders_get_a_graph_decoder_in_the_requested_mode() -> None:
     """On CUDA the mode goes to GraphDecoder (construction captures nothing, so a stand-in decoder will do)."""
-    from asr.parakeet.gpu.graph_decoder import GraphDecoder
+    from asr.parakeet.decoding.graph_decoder import GraphDecoder
 
     stand_in = SimpleNamespace(device=torch.device("cuda", 0), outer_step=None, inner_step=None)
     for mode in DECODER_GRAPH_MODES:
@@ -83,8 +83,7 @@ def test_cuda_decoders_get_a_graph_decoder_in_the_requested_mode() -> None:
 
 # ---------------------------------------------------------------------------- the shared-batcher factory
 def test_shared_batcher_passes_the_mode_and_keys_on_it(monkeypatch) -> None:
-    pytest.importorskip("pipecat")
-    from asr.parakeet import stt_service
+    from asr.parakeet import shared_engine  # no pipecat: the loader lives outside the service
 
     calls: list[dict] = []
 
@@ -93,20 +92,20 @@ def test_shared_batcher_passes_the_mode_and_keys_on_it(monkeypatch) -> None:
         return SimpleNamespace(sample_rate=16000, samples_per_frame=1280, device=torch.device("cpu"),
                                warmup=lambda: None)
 
-    monkeypatch.setattr(stt_service, "_SHARED", {})
+    monkeypatch.setattr(shared_engine, "_SHARED", {})
     monkeypatch.setattr(ParakeetEngine, "from_pretrained", staticmethod(fake_from_pretrained))
     base = dict(model="ckpt", device="cpu", dtype="float32", encoder_backend="eager", chunk_ms=160,
                 left_context_s=10.0, right_context_ms=0, profiles="")
-    graphs = stt_service.shared_parakeet_batcher(SimpleNamespace(**base, decoder_graph_mode="graphs"))
+    graphs = shared_engine.shared_parakeet_batcher(SimpleNamespace(**base, decoder_graph_mode="graphs"))
     assert calls[-1]["decoder_graph_mode"] == "graphs"
-    eager = stt_service.shared_parakeet_batcher(SimpleNamespace(**base, decoder_graph_mode="eager"))
+    eager = shared_engine.shared_parakeet_batcher(SimpleNamespace(**base, decoder_graph_mode="eager"))
     assert calls[-1]["decoder_graph_mode"] == "eager" and eager is not graphs  # the mode is part of the key
-    legacy = stt_service.shared_parakeet_batcher(SimpleNamespace(**base))  # a config without the field
+    legacy = shared_engine.shared_parakeet_batcher(SimpleNamespace(**base))  # a config without the field
     assert calls[-1]["decoder_graph_mode"] == "auto" and legacy not in (graphs, eager)
-    assert stt_service.shared_parakeet_batcher(SimpleNamespace(**base, decoder_graph_mode="graphs")) is graphs
+    assert shared_engine.shared_parakeet_batcher(SimpleNamespace(**base, decoder_graph_mode="graphs")) is graphs
     assert len(calls) == 3
     with pytest.raises(ValueError, match="auto, conditional, graphs, eager"):
-        stt_service.shared_parakeet_batcher(SimpleNamespace(**base, decoder_graph_mode="nope"))
+        shared_engine.shared_parakeet_batcher(SimpleNamespace(**base, decoder_graph_mode="nope"))
 
 
 # ---------------------------------------------------------------------------- the carry bank path
@@ -116,7 +115,7 @@ def test_batcher_uses_the_bank_only_on_cuda_unless_forced(engine) -> None:
 
 
 def test_carry_bank_grow_keeps_rows_and_starts_new_ones_fresh(engine) -> None:
-    from asr.parakeet.gpu.carry_bank import CarryBank
+    from asr.parakeet.decoding.carry_bank import CarryBank
 
     bank = CarryBank(engine.decoder, 2)
     bank.h.normal_()

@@ -15,7 +15,7 @@ import torch
 
 from asr.parakeet.encoders import backend_names, create_encoder, register_backend
 from asr.parakeet.encoders.base import EncoderBackend, EncoderOutput
-from asr.parakeet.encoders.profiles import ShapeProfile, choose_profiles, parse_profiles, pick_profile
+from asr.parakeet.encoders.shape_profiles import ShapeProfile, choose_profiles, parse_profiles, select_profile
 from asr.parakeet.loading import load_parakeet
 
 
@@ -75,8 +75,8 @@ def test_compiled_pads_to_the_nearest_profile(tiny_dir, compiler):
     ref_model = load_parakeet(tiny_dir).model
     enc = create_encoder("compiled", load_parakeet(tiny_dir).model, profiles="4x128,2x512",
                          compile_backend=compiler)
-    cases = [([100, 71, 64], ShapeProfile(4, 128)), ([97, 13], ShapeProfile(4, 128)),
-             ([400, 300], ShapeProfile(2, 512)), ([120] * 6, ShapeProfile(4, 128)), ([700], None)]
+    small, long = ShapeProfile("p0", 4, 128), ShapeProfile("p1", 2, 512)
+    cases = [([100, 71, 64], small), ([97, 13], small), ([400, 300], long), ([120] * 6, small), ([700], None)]
     for shape, profile in cases:
         feats, lengths = _features(shape)
         before = enc.calls.get(profile, 0)
@@ -115,7 +115,9 @@ def test_registry():
 def test_profiles_from_a_length_distribution():
     frames = [150] * 50 + [900] * 30 + [2900] * 20
     profiles = choose_profiles(frames, max_batch=8, count=3)
-    assert [p.frames for p in profiles] == [160, 912, 2912] and all(p.batch == 8 for p in profiles)
-    assert pick_profile(profiles, 3, 161) == ShapeProfile(8, 912)
-    assert pick_profile(profiles, 9, 10) is None
-    assert parse_profiles("2x512,4x128") == [ShapeProfile(4, 128), ShapeProfile(2, 512)]
+    # quantile lengths 150 / 900 / 2900 rounded up to the one alignment (64 feature frames)
+    assert [p.frames for p in profiles] == [192, 960, 2944] and all(p.batch == 8 for p in profiles)
+    assert select_profile(profiles, 3, 192) == ShapeProfile("q0", 8, 192)
+    assert select_profile(profiles, 3, 193) == ShapeProfile("q1", 8, 960)
+    assert select_profile(profiles, 9, 10) is None
+    assert parse_profiles("2x512,4x128") == [ShapeProfile("p1", 4, 128), ShapeProfile("p0", 2, 512)]

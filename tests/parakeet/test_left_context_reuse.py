@@ -16,11 +16,10 @@ import dataclasses
 import pytest
 import torch
 
+from asr.parakeet.encoders.fast_conformer import FastConformer
 from asr.parakeet.features import FeatureConfig, LogMelFeatures
-from asr.parakeet.gpu.fast_encoder import FastConformer
 from asr.parakeet.streaming import StreamConfig
-from asr.parakeet.tiny import synthetic_speech
-from bench.stream_engine import tiny_model
+from asr.parakeet.tiny import synthetic_speech, tiny_model
 
 CHUNK = StreamConfig().chunk_frames * StreamConfig().samples_per_frame  # 160 ms
 EDGE_FEATURES = 3  # feature frames whose centred STFT window reaches past the old window's end

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from asr.parakeet.batcher import stream_encoder_profiles
+from asr.parakeet.encoders.shape_profiles import parse_profiles
 from asr.parakeet.engine import REPLAY_OVERHEAD_COST, ParakeetEngine, length_groups, pad_batch
-from asr.parakeet.gpu.profiles import parse_profiles
 from asr.parakeet.streaming import StreamConfig
 from asr.parakeet.tiny import synthetic_speech
 

@@ -12,8 +12,8 @@ pytest.importorskip("transformers")
 
 def test_random_checkpoint_folder_loads_and_transcribes_words(tmp_path):
     from asr.parakeet.engine import ParakeetEngine
+    from asr.parakeet.random_v3 import write_random_checkpoint as build
     from asr.parakeet.tiny import synthetic_speech
-    from bench.parakeet_checkpoint import build
 
     meta = build(tmp_path / "ckpt", tiny=True)
     assert meta["random_weights"] and meta["vocab"] == 256

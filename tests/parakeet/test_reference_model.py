@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from asr.parakeet.decoder import LabelLoopingDecoder
+from asr.parakeet.decoding.label_looping import LabelLoopingDecoder
 from asr.parakeet.margins import first_difference, forced_margins, judge, margin_stats, trace_decode
 from asr.parakeet.tiny import _encoder_hidden, block_speech, build_reference_model, build_tiny_model
 

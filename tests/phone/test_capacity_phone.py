@@ -12,7 +12,7 @@ from agent.capacity.corpus import phone_prompts, read_ulaw_pack, recorded_prompt
 from agent.capacity.phone_caller import FRAME_S, PhoneCallRecord, Prompt, audible
 from agent.capacity.phone_ramp import judge_phone_level, phone_turns
 from agent.config import BudgetsConfig
-from tests.servers import ROOT, cadence_serve
+from testkit.servers import ROOT, cadence_serve
 
 
 def test_two_phone_callers_against_a_real_server(tmp_path):

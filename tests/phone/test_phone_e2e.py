@@ -13,9 +13,9 @@ import aiohttp
 import numpy as np
 import pytest
 
-from tests.corpus import normalize, wer
-from tests.phone.prompts import pcm8k, prompt, speech_onset_s
-from tests.servers import cadence_serve
+from testkit.corpus import normalize, wer
+from testkit.phone_prompts import pcm8k, prompt, speech_onset_s
+from testkit.servers import cadence_serve
 from transports.phone.loopback_caller import LoopbackCaller
 from transports.phone.options import PhoneOptions
 

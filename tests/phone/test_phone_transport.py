@@ -17,8 +17,8 @@ import pytest
 
 from agent.admission import AdmissionGate
 from agent.config import AdmissionConfig
+from testkit.phone_prompts import pcm8k, speech_onset_s, to_16k
 from tests.phone.parrot import parrot_server
-from tests.phone.prompts import pcm8k, speech_onset_s, to_16k
 from transports.phone.loopback_caller import LoopbackCaller
 from transports.phone.options import PhoneOptions
 

@@ -139,7 +139,7 @@ async def test_inbound_decoding_resamples_once_per_chunk_and_keeps_the_tone():
 def test_options_come_from_the_config_section_then_the_environment():
     from dataclasses import dataclass
 
-    from transports.phone.server_ext import options_from_config
+    from agent.phone_routes import options_from_config
 
     @dataclass
     class Config:

@@ -4,21 +4,14 @@ The pipeline's VAD needs ``vad.start_secs`` (0.2 s) of speech before it starts a
 Silero itself is 50-250 ms late on soft onsets ("hello"); measured on the Asterisk prompts, that
 path clears the caller's playout 220-350 ms after speech begins. This detector is an energy
 onset on the caller's 8 kHz audio: ``start_ms`` of consecutive 20 ms chunks louder than both an
-absolute floor and a tracked noise floor plus ``snr_db``. It is only a trigger: the transport
+absolute floor and a tracked noise floor plus ``snr_db`` (``transports.audio_level.LoudnessGate``). It is only a trigger: the transport
 clears the caller's playout and *holds* the bot's audio; the pipeline's own turn logic confirms
 the interruption, and if it does not (a cough, a door) playback resumes after the hold.
 """
 
 from __future__ import annotations
 
-import audioop
-import math
-
-
-def level_dbfs(pcm16: bytes) -> float:
-    """RMS level of 16-bit PCM in dB relative to full scale (-120 for digital silence)."""
-    rms = audioop.rms(pcm16, 2)
-    return 20.0 * math.log10(rms / 32768.0) if rms > 0 else -120.0
+from transports.audio_level import LoudnessGate
 
 
 class BargeInDetector:
@@ -27,26 +20,22 @@ class BargeInDetector:
     def __init__(self, start_ms: float = 60.0, min_level_dbfs: float = -40.0, snr_db: float = 12.0,
                  floor_rise_db_per_s: float = 3.0, chunk_s: float = 0.02):
         self.start_chunks = max(1, round(start_ms / 1000.0 / chunk_s))
-        self.min_level_dbfs = min_level_dbfs
-        self.snr_db = snr_db
-        self._rise = floor_rise_db_per_s * chunk_s
+        self.gate = LoudnessGate(min_level_dbfs, snr_db, floor_rise_db_per_s)
         self._chunk_s = chunk_s
-        self.noise_floor = -120.0
         self._run = 0
         self._run_start: float | None = None
         self.onset: float | None = None
 
+    @property
+    def noise_floor(self) -> float:
+        return self.gate.noise_floor
+
     def threshold(self) -> float:
-        return max(self.min_level_dbfs, self.noise_floor + self.snr_db)
+        return self.gate.threshold()
 
     def feed(self, pcm8k: bytes, arrived_at: float) -> bool:
         """Analyse one chunk that arrived at ``arrived_at``; True exactly when an onset is confirmed."""
-        level = level_dbfs(pcm8k)
-        loud = level >= self.threshold()
-        # Minimum tracking: the floor drops at once to quieter audio and creeps up slowly, so
-        # steady line noise raises it and speech (short, loud) barely moves it.
-        self.noise_floor = level if level < self.noise_floor else min(level, self.noise_floor + self._rise)
-        if not loud:
+        if not self.gate.loud(pcm8k, self._chunk_s):
             self._run, self._run_start = 0, None
             return False
         self._run += 1

@@ -1,8 +1,10 @@
 """Encoder backends, chosen by name (``asr.encoder_backend``): a registry other packages can extend.
 
 Built in: ``eager`` (transformers' encoder as is, fp32/bf16), ``compiled`` (torch.compile per
-(batch, frames) shape profile), ``onnx`` (onnxruntime). ``register_backend("tensorrt", factory)``
-adds one; a ``asr.parakeet.gpu.backends`` module, when present, is imported to register its own.
+(batch, frames) shape profile), ``onnx`` (onnxruntime), ``cuda_graphs`` (the FastConformer of
+``fast_conformer.py`` replayed as CUDA graphs) and ``tensorrt`` (``cadence[tensorrt]``); all share
+``shape_profiles.ShapeProfile``. ``register_backend(name, factory)`` adds one; modules named in
+``_PLUGIN_MODULES``, when installed, are imported to register their own.
 Every backend maps ``(features [B, F, mels], lengths [B])`` to the joint-projected encoder output
 ``[B, T, H]`` plus ``T`` lengths, the decoder's input.
 """
@@ -21,8 +23,10 @@ _REGISTRY: dict[str, BackendFactory | str] = {
     "eager": "asr.parakeet.encoders.eager:EagerEncoder",
     "compiled": "asr.parakeet.encoders.compiled:CompiledEncoder",
     "onnx": "asr.parakeet.encoders.onnx:OnnxEncoder",
+    "cuda_graphs": "asr.parakeet.encoders.cuda_graphs:GraphedEncoder",
+    "tensorrt": "asr.parakeet.encoders.tensorrt:TensorRTBackend",
 }
-_PLUGIN_MODULES = ("asr.parakeet.gpu.backends",)
+_PLUGIN_MODULES: tuple[str, ...] = ()
 
 __all__ = ["EncoderBackend", "EncoderOutput", "backend_names", "create_encoder", "register_backend"]
 

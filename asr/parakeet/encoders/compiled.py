@@ -14,7 +14,7 @@ import torch
 
 from asr.parakeet.encoders.base import EncoderBackend, EncoderOutput, subsampled_lengths
 from asr.parakeet.encoders.eager import run_encoder
-from asr.parakeet.encoders.profiles import ShapeProfile, parse_profiles, pick_profile
+from asr.parakeet.encoders.shape_profiles import ShapeProfile, as_profiles, select_profile
 
 # feature frames (100 a second): short windows; streaming windows of 10 s left context + chunk
 # (+ right context) at three batch sizes; 30 s offline segments
@@ -35,8 +35,7 @@ class CompiledEncoder(EncoderBackend):
     ) -> None:
         super().__init__(model, device, dtype)
         model.to(device=self.device, dtype=self.dtype).eval()
-        if profiles is None or isinstance(profiles, str):
-            profiles = parse_profiles(profiles or DEFAULT_PROFILES)
+        profiles = as_profiles(profiles, DEFAULT_PROFILES)
         self.profiles = sorted(profiles, key=lambda p: (p.frames, p.batch))
         if not self.profiles:
             raise ValueError("the compiled backend needs at least one shape profile")
@@ -62,7 +61,7 @@ class CompiledEncoder(EncoderBackend):
 
     def _encode_part(self, features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         b, f, mels = features.shape
-        profile = pick_profile(self.profiles, b, f)
+        profile = select_profile(self.profiles, b, f)
         self.calls[profile] = self.calls.get(profile, 0) + 1
         if profile is None:
             return run_encoder(self.model, features, lengths)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from asr.parakeet.gpu.fast_encoder import encoder_frames
-from asr.parakeet.gpu.profiles import HOP, ShapeProfile, plan_batches
+from asr.parakeet.encoders.fast_conformer import encoder_frames
+from asr.parakeet.encoders.shape_profiles import HOP, ShapeProfile, plan_batches
 
 log = logging.getLogger(__name__)
 

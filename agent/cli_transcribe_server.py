@@ -1,0 +1,107 @@
+"""``cadence transcribe-server`` (OpenAI-compatible file transcription) and ``cadence transcribe-ray``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from agent.cli import add_config_args
+from agent.cli_ray import add_ray_arguments
+from agent.commands import UserError, effective_config, friendly
+
+
+def _add_engine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", choices=("whisper", "parakeet"), help="ASR engine (default: asr.engine)")
+    p.add_argument("--model", help="model dir or checkpoint (default: asr.model; empty: embedded Whisper tiny.en)")
+    p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: asr.device)")
+    p.add_argument("--max-batch", type=int, default=0, help="windows per engine call (default: the engine's)")
+    p.add_argument("--parakeet-backend", choices=("auto", "fast", "general"), default="auto",
+                   help="parakeet: fast (profiled, graphed GPU encoder), general (ParakeetEngine); "
+                        "auto: fast on CUDA, general on the CPU")
+    p.add_argument("--profiles", default="", help="parakeet fast: encoder profiles name=BATCHxFRAMES,... "
+                                                  "(default: ~10/20/30 s windows at the max batch)")
+    p.add_argument("--pack", action="store_true",
+                   help="Whisper: pack short windows of different requests/files into one 30 s input "
+                        "(~1.6x throughput on short clips; mixes callers' audio in one model input, and a "
+                        "short window can be dropped by Whisper, so it is off by default)")
+
+
+def _engine_spec(args: argparse.Namespace, config: Any) -> Any:
+    from agent.models import resolve_engine_spec
+    from asr.offline.window_engine import EngineSpec
+
+    asr = config.asr
+    return resolve_engine_spec(EngineSpec(
+        engine=args.engine or asr.engine, model=args.model if args.model is not None else asr.model,
+        device=args.device or asr.device, compute_type=asr.compute_type, dtype=asr.dtype,
+        encoder_backend=asr.encoder_backend, max_batch=args.max_batch, pack=args.pack,
+        parakeet_backend=args.parakeet_backend, profiles=args.profiles,
+    ))
+
+
+def _load_engine(spec: Any) -> Any:
+    from asr.offline.engine_factory import make_engine
+
+    try:
+        return make_engine(spec)
+    except (ImportError, FileNotFoundError, ValueError) as exc:
+        raise UserError(f"cannot load the {spec.engine} engine: {exc}") from None
+
+
+def cmd_transcribe_server(args: argparse.Namespace) -> int:
+    config = effective_config(args)
+    spec = _engine_spec(args, config)
+    from agent.runtime import run
+    from asr.offline.server import ServerOptions, serve
+    from asr.offline.transcriber import OfflineTranscriber
+
+    engine = _load_engine(spec)
+    options = ServerOptions(max_upload_mb=args.max_upload_mb, max_audio_s=args.max_audio_s,
+                            max_inflight=args.max_inflight, max_audio_held_s=args.max_audio_held_s)
+
+    def ready(url: str) -> None:
+        print(f"Cadence transcription server ready: {url}/v1 (model {engine.name}; "
+              f"POST {url}/v1/audio/transcriptions)", flush=True)
+
+    run(serve(OfflineTranscriber(engine, spec.max_batch or None), args.host or config.server.host,
+              args.port, options, ready), use_uvloop=config.runtime.uvloop)
+    return 0
+
+
+def cmd_transcribe_ray(args: argparse.Namespace) -> int:
+    spec = _engine_spec(args, effective_config(args))
+    from agent.cli_ray import RayCorpusError, transcribe_corpora
+
+    try:
+        return transcribe_corpora(spec, [args.dir], args.out, args, args.format, args.language)
+    except RayCorpusError as exc:
+        raise UserError(str(exc)) from None
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("transcribe-server", help="OpenAI-compatible file transcription server",
+                       description="Serve POST /v1/audio/transcriptions (OpenAI's API: json, text, srt, vtt, "
+                                   "verbose_json) on the configured ASR engine; hour-long files in one request.")
+    add_config_args(p)
+    _add_engine_args(p)
+    p.add_argument("--host", help="listen address (default: server.host)")
+    p.add_argument("--port", type=int, default=8000, help="listen port, 0 for any free port (default: 8000)")
+    p.add_argument("--max-upload-mb", type=float, default=1024.0, help="largest upload accepted (default: 1024)")
+    p.add_argument("--max-audio-s", type=float, default=4 * 3600.0, help="longest audio accepted (default: 4 h)")
+    p.add_argument("--max-inflight", type=int, default=64, help="requests held at once; more get 429")
+    p.add_argument("--max-audio-held-s", type=float, default=8 * 3600.0,
+                   help="decoded audio held by all requests together; later ones wait (default: 8 h, ~1.8 GB)")
+    p.set_defaults(func=friendly(cmd_transcribe_server))
+
+    p = sub.add_parser("transcribe-ray", help="transcribe a directory of audio as a Ray Data job",
+                       description="Spread every audio file under DIR over a Ray cluster (local when no "
+                                   "--address); write one transcript per file under --out.")
+    add_config_args(p)
+    _add_engine_args(p)
+    p.add_argument("dir", type=Path, help="directory of audio files (searched recursively)")
+    p.add_argument("--out", "-o", type=Path, required=True, help="output directory (mirrors DIR)")
+    p.add_argument("--format", default="json", choices=("json", "text", "srt", "vtt", "verbose_json"))
+    p.add_argument("--language", default=None, help="language code (default: the engine's)")
+    add_ray_arguments(p)
+    p.set_defaults(func=friendly(cmd_transcribe_ray))

