@@ -213,7 +213,7 @@ class WebRTCSignalling:
             if c.get("candidate"):
                 try:
                     cand = candidate_from_sdp(c["candidate"].removeprefix("candidate:"))
-                except (ValueError, IndexError, TypeError) as exc:
+                except Exception as exc:  # aiortc asserts on a short line, raises ValueError on others
                     return web.json_response({"error": f"malformed candidate: {exc}"}, status=400)
                 cand.sdpMid = c.get("sdp_mid")
                 cand.sdpMLineIndex = c.get("sdp_mline_index")

@@ -41,11 +41,14 @@ T = TypeVar("T")
 async def while_connected(request: web.Request, work: Awaitable[T]) -> T:
     """Await ``work``; cancel it (``ClientGone``) as soon as the client disconnects."""
     task = asyncio.ensure_future(work)
-    while not (await asyncio.wait({task}, timeout=POLL_S))[0]:
-        if client_gone(request):
+    try:
+        while not (await asyncio.wait({task}, timeout=POLL_S))[0]:
+            if client_gone(request):
+                raise ClientGone("the client closed the connection")
+    finally:
+        if not task.done():  # the client left, or this handler was cancelled
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            raise ClientGone("the client closed the connection")
     return task.result()
 
 
