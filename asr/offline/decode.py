@@ -116,25 +116,29 @@ class AudioTooLongError(AudioFileError):
 
 # Below this a "sample rate" is a forged header (a 4.8 KB WAV claiming 8 Hz is 300 s of audio).
 MIN_SAMPLE_RATE = 4000
-# Compressed audio never averages fewer bytes per second than this (~400 bit/s, under any speech
-# codec's floor): a file cannot decode to more than its size allows at this rate.
-MIN_BYTES_PER_S = 50.0
+# Uncompressed containers and subtypes: the frames a file can hold follow from its size exactly.
+# (libsndfile names FLAC's subtype PCM_16 too: the container decides.)
+PCM_CONTAINERS = frozenset({"WAV", "WAVEX", "AIFF", "AU", "W64", "RF64", "RAW"})
 PCM_BYTES = {"PCM_S8": 1, "PCM_U8": 1, "PCM_16": 2, "PCM_24": 3, "PCM_32": 4, "FLOAT": 4, "DOUBLE": 8,
              "ULAW": 1, "ALAW": 1}
+# Compressed audio: digital silence in FLAC costs ~15 bytes per 4,096-sample block (~270 frames per
+# byte; FLAC's largest block allows ~6,500); no codec gets near this bound, a forged frame count does.
+MAX_FRAMES_PER_BYTE = 8192
 
 
 def plausible_seconds(info: AudioInfo, size_bytes: int) -> float:
     """The most audio ``size_bytes`` of this format can hold; ``AudioFileError`` on a forged rate."""
     if info.rate < MIN_SAMPLE_RATE:
         raise AudioFileError(f"a sample rate of {info.rate} Hz is not audio (the minimum is {MIN_SAMPLE_RATE} Hz)")
-    width = PCM_BYTES.get(info.subtype)
+    width = PCM_BYTES.get(info.subtype) if info.format in PCM_CONTAINERS else None
     if width is not None:
         return size_bytes / (width * info.channels * info.rate)
-    return size_bytes / MIN_BYTES_PER_S
+    return size_bytes * MAX_FRAMES_PER_BYTE / info.rate
 
 
 def _check_plausible(seconds: float, info: AudioInfo | None, size_bytes: int) -> None:
-    limit = plausible_seconds(info, size_bytes) if info is not None else size_bytes / MIN_BYTES_PER_S
+    limit = (plausible_seconds(info, size_bytes) if info is not None
+             else size_bytes * MAX_FRAMES_PER_BYTE / MIN_SAMPLE_RATE)
     if seconds > limit + 1.0:
         raise AudioFileError(f"the header claims {seconds:.0f} s of audio, more than {size_bytes} bytes can hold "
                              f"({limit:.0f} s)")
