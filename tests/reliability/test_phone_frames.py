@@ -148,3 +148,28 @@ async def test_twiml_does_not_reflect_forwarded_headers_unless_trusted():
                 http.post(http_url, headers={"X-Forwarded-Host": "evil.example", "X-Forwarded-Proto": "https"}) as r:
             body = await r.text()
         assert r.status == 200 and "evil.example" not in body and "ws://127.0.0.1:" in body
+
+
+async def test_twilio_signatures_are_checked_before_the_upgrade():
+    from transports.phone.twilio_signature import signature
+
+    admission = gate()
+    opts = PhoneOptions(twilio_auth_token="tw-secret", token="s3cret")
+    async with parrot_server(b"", gate=admission, options=opts) as (url, endpoint), aiohttp.ClientSession() as http:
+        async with http.get(url, headers={"Upgrade": "websocket", "Connection": "Upgrade",
+                                          "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "x3JJHMbDL1EzLkh9GBhXDw==",
+                                          "X-Twilio-Signature": signature("wrong", url)}) as r:
+            assert r.status == 403
+        twiml = url.replace("ws://", "http://").replace("/phone/ws", "/phone/twiml")
+        form = {"CallSid": "CA1", "From": "+15550100"}
+        async with http.post(twiml, data=form) as r:
+            assert r.status == 403  # unsigned
+        async with http.post(twiml, data=form, headers={"X-Twilio-Signature": signature("tw-secret", twiml, form)}) as r:
+            body = await r.text()
+            assert r.status == 200 and 'name="token" value="s3cret"' in body  # signed: the stream carries it
+        ws = await http.ws_connect(url, headers={"X-Twilio-Signature": signature("tw-secret", url)})
+        sid = "MZsigned"
+        await ws.send_str(json.dumps({"event": "start", "streamSid": sid, "start": {"streamSid": sid}}))
+        assert await eventually(lambda: sid in endpoint.active, 3.0), "a signed call without a token was refused"
+        await ws.close()
+        assert await settled(endpoint, admission)
