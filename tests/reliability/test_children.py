@@ -72,18 +72,29 @@ def _children(pid: int) -> list[psutil.Process]:
 
 
 def test_sigterm_stops_cadence_serve_and_every_child():
-    with cadence_serve("vad.turn=silence") as srv:
+    from transports.phone.loopback_caller import LoopbackCaller
+
+    async def sigterm_mid_call(srv: dict) -> tuple[int, float, int | None]:
         proc = srv["proc"]
-        children = _children(proc.pid)
-        assert any("llama_cpp.server" in " ".join(c.cmdline()) for c in children), children
+        caller = await LoopbackCaller(srv["url"].replace("http://", "ws://") + "/phone/ws").connect()
+        await asyncio.sleep(1.0)  # the call is up and streaming
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=20)
+        code = await asyncio.to_thread(proc.wait, 20)
         took = time.monotonic() - t0
+        await caller.wait_closed(2.0)
+        await caller.close()
+        return code, took, caller.close_code
+
+    with cadence_serve("vad.turn=silence") as srv:
+        children = _children(srv["proc"].pid)
+        assert any("llama_cpp.server" in " ".join(c.cmdline()) for c in children), children
+        code, took, close_code = asyncio.run(sigterm_mid_call(srv))
     gone, alive = psutil.wait_procs(children, timeout=5)
     assert not alive, f"children outlived cadence serve: {[c.pid for c in alive]}"
     assert code == 0, "".join(srv["log"][-30:])
     assert took < 10.0, f"shutdown took {took:.1f} s"
+    assert close_code == 1001, f"the live call was closed with {close_code}, not 'going away'"
 
 
 def test_a_sigkilled_parent_leaves_no_llm_orphan():
