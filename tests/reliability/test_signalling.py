@@ -15,7 +15,7 @@ from pipecat.transports.smallwebrtc.connection import SmallWebRTCConnection
 
 from agent.config import Config
 from agent.server_factory import make_server
-from tests.reliability.helpers import mutilations
+from tests.reliability.helpers import mutilations, sdp_lines
 
 
 async def _server(**admission):
@@ -83,3 +83,20 @@ async def test_junk_on_a_live_peer_is_400(offer_sdp):
                     assert r.status == 400, (patch, r.status, await r.text())
     finally:
         await conn.disconnect()
+
+
+@given(st.data())
+async def test_truncated_or_thinned_offers_are_400_or_answered_never_500(offer_sdp, data):
+    """Random line loss and truncation of a real offer: a 400, or an answer whose slot comes back."""
+    lines = sdp_lines(offer_sdp)
+    keep = data.draw(st.lists(st.booleans(), min_size=len(lines), max_size=len(lines)))
+    text = "\r\n".join(line for line, k in zip(lines, keep, strict=True) if k or line == "v=0") + "\r\n"
+    text = text[:data.draw(st.integers(3, len(text)))]
+    server, app = await _server(max_sessions=4)
+    async with TestServer(app) as ts, aiohttp.ClientSession() as http:
+        async with http.post(str(ts.make_url("/api/offer")), json={"sdp": text, "type": "offer"}) as r:
+            assert r.status in (200, 400), (r.status, await r.text())
+            answered = r.status == 200
+        assert server.gate.stats.admitted_total == int(answered)
+        await server.signalling.close(2.0)  # (no engines here: an answered session ends at once)
+    assert server.gate.active == 0
