@@ -5,7 +5,9 @@ refused at connect (HTTP 503 + Retry-After for WebRTC, close code 1013 "try agai
 for a phone socket). While callers are talking, a stage out of its jitter budget
 (``overloaded``) also refuses new callers: a new caller must never hurt the ones already
 talking. With nobody talking there is nobody to hurt, so the budgets do not close an empty
-server. ``ready()`` answers whether a new caller would be admitted now, for ``/ready``.
+server; "talking" means sessions really running (``set_running``: caller audio flowing), not
+slots held by sessions that are connecting or stuck. ``ready()`` answers whether a new caller
+would be admitted now, for ``/ready``.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class AdmissionGate:
         self.active = 0
         self.stats = GateStats()
         self._overloaded = overloaded or (lambda: None)
+        self._running: Callable[[], int] = lambda: self.active
         self._waiters: deque[asyncio.Future[None]] = deque()
 
     @property
@@ -72,8 +75,12 @@ class AdmissionGate:
     def set_overloaded(self, overloaded: Callable[[], str | None]) -> None:
         self._overloaded = overloaded
 
+    def set_running(self, running: Callable[[], int]) -> None:
+        """How many admitted sessions are really running (default: every admitted one)."""
+        self._running = running
+
     def _overload(self) -> str | None:
-        return self._overloaded() if self.active > 0 else None
+        return self._overloaded() if self.active > 0 and self._running() > 0 else None
 
     def ready(self) -> tuple[bool, str]:
         reason = self._overload()

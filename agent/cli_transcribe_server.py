@@ -58,7 +58,8 @@ def cmd_transcribe_server(args: argparse.Namespace) -> int:
 
     engine = _load_engine(spec)
     options = ServerOptions(max_upload_mb=args.max_upload_mb, max_audio_s=args.max_audio_s,
-                            max_inflight=args.max_inflight, max_audio_held_s=args.max_audio_held_s)
+                            max_inflight=args.max_inflight, max_audio_held_s=args.max_audio_held_s,
+                            api_key=config.server.api_key)
 
     def ready(url: str) -> None:
         print(f"Cadence transcription server ready: {url}/v1 (model {engine.name}; "

@@ -31,6 +31,18 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 7860
     log_level: str = "INFO"
+    # Non-empty: every route but the page, /health and /ready needs it, as ``Authorization: Bearer
+    # KEY`` or (WebSocket clients that cannot send headers, and the page's own URL) ``?token=KEY``.
+    # The phone socket also takes it as the ``token`` custom parameter. Empty: open, as before.
+    api_key: str = ""
+    # Browser Origins allowed besides the server's own (comma-separated, "*" for any). A request
+    # carrying any other Origin header is refused with 403; requests without one pass.
+    allowed_origins: str = ""
+    # "host:port": also serve /metrics, /health and /ready there, without the key (for scrapers and
+    # probes on a private interface). Empty: only the main listener.
+    metrics_listen: str = ""
+    # Shutdown (SIGTERM/SIGINT): calls are closed, then everything is torn down within this.
+    shutdown_timeout_s: float = 5.0
 
 
 @dataclass
@@ -118,6 +130,18 @@ class AdmissionConfig:
 
 
 @dataclass
+class SessionConfig:
+    """Every admitted caller's slot comes back: limits that end sessions nobody is in anymore."""
+
+    # A WebRTC peer that has not completed ICE within this is closed and its slot given back.
+    connect_timeout_s: float = 20.0
+    # No caller audio reaching the pipeline for this long (peer gone, its input task dead): end it.
+    idle_timeout_s: float = 30.0
+    # Longest call; 0 = no limit.
+    max_duration_s: float = 3600.0
+
+
+@dataclass
 class GPUConfig:
     device: int = 0
     asr_fraction: float = 0.0
@@ -159,6 +183,7 @@ class Config:
     audio: AudioConfig = field(default_factory=AudioConfig)
     budgets: BudgetsConfig = field(default_factory=BudgetsConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    session: SessionConfig = field(default_factory=SessionConfig)
     gpu: GPUConfig = field(default_factory=GPUConfig)
     # The phone transport's own options dataclass is the [phone] section (one definition).
     phone: PhoneOptions = field(default_factory=PhoneOptions)

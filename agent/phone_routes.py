@@ -68,7 +68,8 @@ def make_endpoint(server: CadenceServer, options: PhoneOptions) -> PhoneEndpoint
         return [TurnObserver(on_turn=record.add_turn)]
 
     return PhoneEndpoint(run_call, gate=server.gate, in_sample_rate=config.audio.in_sample_rate,
-                         options=options, barge_in_factory=barge_in, observer_factory=observers)
+                         options=options, barge_in_factory=barge_in, observer_factory=observers,
+                         api_key=config.server.api_key)
 
 
 def install(server: CadenceServer, options: PhoneOptions | None = None) -> None:
@@ -76,6 +77,7 @@ def install(server: CadenceServer, options: PhoneOptions | None = None) -> None:
     options = options or options_from_config(server.config)
 
     def hook(app: web.Application, srv: CadenceServer) -> None:
+        srv.self_authenticated.update({options.path, "/phone/twiml"})  # signature / token checked there
         endpoint = make_endpoint(srv, options)
         endpoint.add_routes(app)
         app[PHONE_ENDPOINT] = endpoint

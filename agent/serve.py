@@ -1,15 +1,21 @@
 """``cadence serve``: the HTTP server with the WebRTC page, signalling, health and readiness.
 
 Start-up order: LLM server (if Cadence owns it) -> engines loaded and warmed -> GC frozen ->
-listening. Every caller gets a fresh pipeline on the shared engines, behind the admission gate.
+listening. Every caller gets a fresh pipeline on the shared engines, behind the admission gate,
+with the session limits of ``[session]`` (connect timeout, idle, maximum duration). Every route
+is behind ``agent.security`` (API key, Origin allow-list). A managed LLM server is supervised
+(restarted when it dies; ``/ready`` is 503 meanwhile). SIGTERM and SIGINT both run the same clean
+shutdown: calls closed, children stopped, all within ``server.shutdown_timeout_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +29,8 @@ from agent.config import Config
 from agent.llm_server import ManagedLLMServer, embedded_llama_server
 from agent.pipeline import Engines
 from agent.runtime import freeze_gc_heap
-from agent.session import run_session
+from agent.security import middleware
+from agent.session import SessionLimits, SessionWatch, run_session
 from agent.turn_observer import TurnObserver
 
 # Extensions (metrics, phone transport, ...) register routes and observers through hooks.
@@ -44,6 +51,10 @@ class CadenceServer:
     memory_plan: Any = None  # agent.gpu_memory.MemoryPlan when the config puts stages on a GPU
     gpu_memory: list[Any] = field(default_factory=list)  # StageMemory per stage, measured after warm-up
     llm_kind: str = "llama.cpp"
+    live: dict[str, SessionWatch] = field(default_factory=dict)
+    # Paths whose handlers authenticate their own callers (extensions add to it).
+    self_authenticated: set[str] = field(default_factory=set)
+    stop_event: asyncio.Event | None = None
 
     async def start_engines(self) -> None:
         """GPU memory plan (refuse to start if it cannot fit) -> LLM server -> engines, each in-process
@@ -78,8 +89,10 @@ class CadenceServer:
             health = await asyncio.to_thread(check_llm_server, base_url, model, 300.0, kind, cfg.llm.temperature)
             logger.info(f"LLM ({kind}) first token in {health.first_token_ms:.0f} ms")
         elif not base_url:
+            # A fresh key per run: other local users cannot use the managed model server.
+            cfg.llm.api_key = secrets.token_urlsafe(24)
             self.llm_server = embedded_llama_server(cfg.llm.threads, cfg.llm.context_size, cfg.llm.model,
-                                                    cfg.llm.server_start_timeout_s, log)
+                                                    cfg.llm.server_start_timeout_s, log, api_key=cfg.llm.api_key)
             await self.llm_server.astart()
             base_url, model = self.llm_server.base_url, self.llm_server.model_id
         peaks = StagePeaks(plan.device) if plan is not None else None
@@ -144,25 +157,39 @@ class CadenceServer:
             if oldest == session_id:
                 break
             self.sessions.pop(oldest)
-        await run_session(self.engines, transport, session_id,
-                          observers=[turns, *self.observers_for(session_id), *observers], pre_stages=pre_stages,
-                          audio_out_sample_rate=audio_out_sample_rate)
+        limits = SessionLimits(self.config.session.idle_timeout_s, self.config.session.max_duration_s)
+        watch = SessionWatch()
+        self.live[session_id] = watch
+        try:
+            await run_session(self.engines, transport, session_id,
+                              observers=[turns, *self.observers_for(session_id), *observers], pre_stages=pre_stages,
+                              audio_out_sample_rate=audio_out_sample_rate, limits=limits, watch=watch)
+        finally:
+            self.live.pop(session_id, None)
+
+    def running_sessions(self) -> int:
+        """Sessions whose caller audio is flowing now (the overload judgement counts only these)."""
+        now = time.monotonic()
+        return sum(1 for w in list(self.live.values()) if w.running(now))
 
     async def session_info(self, request: web.Request) -> web.Response:
-        """Recent turns of one session: transcripts, replies and stage latencies."""
+        """Recent turns of one session: transcripts and replies (if ``phone.expose_transcripts``), latencies."""
         turns = self.sessions.get(request.match_info["session_id"])
         if turns is None:
             return web.json_response({"error": "no such session"}, status=404)
+        text = self.config.phone.expose_transcripts
         return web.json_response({"turns": [
-            {"transcript": t.transcript_text, "reply": t.reply_text.strip(), "interrupted": t.interrupted,
-             "latency_ms": {k: round(v, 1) for k, v in t.stages_ms().items()}}
+            {**({"transcript": t.transcript_text, "reply": t.reply_text.strip()} if text else {}),
+             "interrupted": t.interrupted, "latency_ms": {k: round(v, 1) for k, v in t.stages_ms().items()}}
             for t in turns.turns[-100:]
         ]})
 
     def make_app(self) -> web.Application:
         cfg = self.config
         self.gate = self.gate or AdmissionGate(cfg.admission)
-        app = web.Application(client_max_size=256 * 1024)
+        self.gate.set_running(self.running_sessions)
+        app = web.Application(client_max_size=256 * 1024, middlewares=[
+            middleware(cfg.server.api_key, cfg.server.allowed_origins, self.self_authenticated)])
         try:  # WebRTC needs aiortc and av; the phone line does not (GPU machines may carry only that)
             from transports.params import transport_params
             from transports.webrtc import WebRTCSignalling, add_routes
@@ -170,7 +197,8 @@ class CadenceServer:
             logger.warning(f"WebRTC is off ({exc}); install aiortc and av for the browser page")
         else:
             self.signalling = WebRTCSignalling(
-                self.run_caller, transport_params(cfg.audio.in_sample_rate, cfg.audio.out_sample_rate), self.gate
+                self.run_caller, transport_params(cfg.audio.in_sample_rate, cfg.audio.out_sample_rate), self.gate,
+                connect_timeout_s=cfg.session.connect_timeout_s,
             )
             add_routes(app, self.signalling)
         app.router.add_get("/health", self.health)
@@ -184,40 +212,90 @@ class CadenceServer:
     async def health(self, _request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "sessions": self.gate.active if self.gate else 0})
 
+    def probe_app(self, app: web.Application) -> web.Application:
+        """/metrics, /health and /ready without the key, for ``server.metrics_listen``."""
+        probe = web.Application()
+        for key, value in app.items():  # the metrics bundle and whatever else handlers read
+            probe[key] = value
+        probe.router.add_get("/health", self.health)
+        probe.router.add_get("/ready", self.ready)
+        for route in app.router.routes():
+            info = route.resource.get_info() if route.resource is not None else {}
+            if info.get("path") == "/metrics" and route.method == "GET":
+                probe.router.add_get("/metrics", route.handler)
+        return probe
+
     async def ready(self, _request: web.Request) -> web.Response:
         assert self.gate is not None
+        if self.llm_server is not None and not self.llm_server.up:
+            body = {"ready": False, "reason": "the LLM server is down (restarting)", "active": self.gate.active,
+                    "capacity": self.gate.capacity}
+            return web.json_response(body, status=503)
         ok, reason = self.gate.ready()
         body = {"ready": ok, "reason": reason, "active": self.gate.active, "capacity": self.gate.capacity}
         return web.json_response(body, status=200 if ok else 503)
 
     async def _cleanup(self, _app: web.Application) -> None:
         if self.signalling is not None:
-            await self.signalling.close()
+            await self.signalling.close(self.config.server.shutdown_timeout_s)
         if self.llm_server is not None:
-            self.llm_server.stop()
+            await asyncio.to_thread(self.llm_server.stop)
 
     async def serve_forever(self, ready: asyncio.Event | None = None) -> None:
-        await self.start_engines()
-        app = self.make_app()
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, self.config.server.host, self.config.server.port)
-        await site.start()
-        port = runner.addresses[0][1] if runner.addresses else self.config.server.port
-        self.config.server.port = port
-        logger.info(f"Cadence is listening: open http://{self.config.server.host}:{port}/ and click Talk")
-        print(f"Cadence is ready: open http://{self.config.server.host}:{port}/ in a browser and click Talk",
-              flush=True)
-        if ready is not None:
-            ready.set()
-        stop = asyncio.Event()
+        """Serve until SIGTERM/SIGINT (or ``stop_event``); then shut down cleanly and return."""
+        cfg = self.config
+        self.stop_event = self.stop_event or asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):  # stop cleanly: the LLM server Cadence started goes too
+        handled = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, self._on_signal, sig)
+                handled.append(sig)
+        runners: list[web.AppRunner] = []
+        supervisor: asyncio.Task | None = None
         try:
-            await stop.wait()
-            logger.info("Cadence is stopping")
+            await self.start_engines()
+            if self.llm_server is not None:
+                supervisor = asyncio.create_task(self.llm_server.supervise(), name="llm-supervisor")
+            app = self.make_app()
+            runner = web.AppRunner(app, shutdown_timeout=cfg.server.shutdown_timeout_s)
+            runners.append(runner)
+            await runner.setup()
+            site = web.TCPSite(runner, cfg.server.host, cfg.server.port)
+            await site.start()
+            port = runner.addresses[0][1] if runner.addresses else cfg.server.port
+            cfg.server.port = port
+            if cfg.server.metrics_listen:
+                host, _, mport = cfg.server.metrics_listen.rpartition(":")
+                probe = web.AppRunner(self.probe_app(app), shutdown_timeout=1.0)
+                runners.append(probe)
+                await probe.setup()
+                await web.TCPSite(probe, host or "127.0.0.1", int(mport)).start()
+                logger.info(f"/metrics, /health and /ready also on http://{cfg.server.metrics_listen}/")
+            logger.info(f"Cadence is listening: open http://{cfg.server.host}:{port}/ and click Talk")
+            print(f"Cadence is ready: open http://{cfg.server.host}:{port}/ in a browser and click Talk",
+                  flush=True)
+            if ready is not None:
+                ready.set()
+            if not self.stop_event.is_set():
+                await self.stop_event.wait()
+            logger.info("shutting down: closing calls and stopping children")
         finally:
-            with contextlib.suppress(Exception):
-                await runner.cleanup()
+            for sig in handled:
+                loop.remove_signal_handler(sig)
+            if supervisor is not None:
+                supervisor.cancel()
+            for runner in reversed(runners):
+                try:
+                    await asyncio.wait_for(runner.cleanup(), cfg.server.shutdown_timeout_s + 1.0)
+                except Exception as exc:  # TimeoutError included: the children are stopped below anyway
+                    logger.warning(f"shutdown: {exc!r}")
+            if self.llm_server is not None:
+                self.llm_server.stop()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        logger.info(f"received {sig.name}")
+        if self.stop_event is not None:
+            if self.stop_event.is_set():  # a second signal: stop waiting for anything
+                raise SystemExit(128 + sig)
+            self.stop_event.set()

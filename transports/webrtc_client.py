@@ -96,8 +96,9 @@ class ReceivedAudio:
 class WebRTCCaller:
     """One caller: connect, ``say`` utterances, read back what the bot said and when."""
 
-    def __init__(self, base_url: str):
+    def __init__(self, base_url: str, api_key: str = ""):
         self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
         self.pc = RTCPeerConnection()
         self.mic = PacedAudioTrack()
         self.received = ReceivedAudio()
@@ -115,7 +116,8 @@ class WebRTCCaller:
         await self.pc.setLocalDescription(await self.pc.createOffer())
         offer = {"sdp": self.pc.localDescription.sdp, "type": self.pc.localDescription.type}
         async with aiohttp.ClientSession() as http, http.post(
-            f"{self.base_url}/api/offer", json=offer, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            f"{self.base_url}/api/offer", json=offer, timeout=aiohttp.ClientTimeout(total=timeout_s),
+            headers={"Authorization": f"Bearer {self.api_key}"} if self.api_key else None,
         ) as resp:
             body = await resp.json()
             if resp.status != 200:

@@ -41,6 +41,7 @@ class AudioInfo:
     channels: int
     frames: int
     format: str
+    subtype: str = ""
 
     @property
     def duration(self) -> float:
@@ -57,7 +58,7 @@ def probe(path: str | Path) -> AudioInfo | None:
         return None
     if info.samplerate <= 0 or info.channels <= 0:
         return None
-    return AudioInfo(info.samplerate, info.channels, info.frames, info.format)
+    return AudioInfo(info.samplerate, info.channels, info.frames, info.format, info.subtype)
 
 
 def _read(path: str, start: int, stop: int | None) -> np.ndarray:
@@ -113,6 +114,36 @@ class AudioTooLongError(AudioFileError):
     """The audio is longer than the caller allows."""
 
 
+# Below this a "sample rate" is a forged header (a 4.8 KB WAV claiming 8 Hz is 300 s of audio).
+MIN_SAMPLE_RATE = 4000
+# Uncompressed containers and subtypes: the frames a file can hold follow from its size exactly.
+# (libsndfile names FLAC's subtype PCM_16 too: the container decides.)
+PCM_CONTAINERS = frozenset({"WAV", "WAVEX", "AIFF", "AU", "W64", "RF64", "RAW"})
+PCM_BYTES = {"PCM_S8": 1, "PCM_U8": 1, "PCM_16": 2, "PCM_24": 3, "PCM_32": 4, "FLOAT": 4, "DOUBLE": 8,
+             "ULAW": 1, "ALAW": 1}
+# Compressed audio: digital silence in FLAC costs ~15 bytes per 4,096-sample block (~270 frames per
+# byte; FLAC's largest block allows ~6,500); no codec gets near this bound, a forged frame count does.
+MAX_FRAMES_PER_BYTE = 8192
+
+
+def plausible_seconds(info: AudioInfo, size_bytes: int) -> float:
+    """The most audio ``size_bytes`` of this format can hold; ``AudioFileError`` on a forged rate."""
+    if info.rate < MIN_SAMPLE_RATE:
+        raise AudioFileError(f"a sample rate of {info.rate} Hz is not audio (the minimum is {MIN_SAMPLE_RATE} Hz)")
+    width = PCM_BYTES.get(info.subtype) if info.format in PCM_CONTAINERS else None
+    if width is not None:
+        return size_bytes / (width * info.channels * info.rate)
+    return size_bytes * MAX_FRAMES_PER_BYTE / info.rate
+
+
+def _check_plausible(seconds: float, info: AudioInfo | None, size_bytes: int) -> None:
+    limit = (plausible_seconds(info, size_bytes) if info is not None
+             else size_bytes * MAX_FRAMES_PER_BYTE / MIN_SAMPLE_RATE)
+    if seconds > limit + 1.0:
+        raise AudioFileError(f"the header claims {seconds:.0f} s of audio, more than {size_bytes} bytes can hold "
+                             f"({limit:.0f} s)")
+
+
 def _check_length(seconds: float, max_seconds: float | None) -> None:
     if max_seconds is not None and seconds > max_seconds:
         raise AudioTooLongError(f"the audio lasts {seconds:.0f} s; the limit is {max_seconds:.0f} s")
@@ -130,11 +161,14 @@ def decode_file(path: str | Path, out_rate: int = 16000, *, chunk_s: float = 60.
         raise AudioFileError(f"{p.name}: no such file")
     if p.stat().st_size == 0:
         raise AudioFileError("the file is empty (0 bytes)")
+    size = p.stat().st_size
     info = probe(p)
     if info is None:
         audio = _decode_with_pyav(p, out_rate)
+        _check_plausible(len(audio) / out_rate, None, size)
         _check_length(len(audio) / out_rate, max_seconds)
         return audio
+    _check_plausible(info.duration, info, size)
     _check_length(info.duration, max_seconds)
     period = info.rate // math.gcd(info.rate, out_rate)
     chunk = max(period, int(chunk_s * info.rate) // period * period)

@@ -6,21 +6,28 @@ ignored: decoding is greedy and unprompted) and answers in its formats, with its
 shape. Unlike OpenAI's 25 MB cap, hour-long files go in one request: the upload streams to
 disk under a configurable byte limit, decoding is native and parallel, and the windows of
 every request in flight share the engine through the batcher.
+
+Nothing outlives its client: the upload's temporary file is removed on every path, and a client
+that disconnects while its audio is being transcribed has its windows withdrawn from the batcher.
+With an ``api_key``, ``/v1/*`` needs ``Authorization: Bearer KEY`` (``/health`` stays open).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from aiohttp import web
 
 from asr.offline.audio_budget import AudioBudget
-from asr.offline.decode import AudioTooLongError, decode_file, probe
+from asr.offline.decode import AudioTooLongError, decode_file, plausible_seconds, probe
 from asr.offline.errors import ApiError
 from asr.offline.formats import RESPONSE_FORMATS, render
-from asr.offline.server_stream import stream_transcript
+from asr.offline.server_stream import POLL_S, ClientGone, client_gone, stream_transcript
 from asr.offline.transcriber import OfflineTranscriber, Timings, timings_header
 from asr.offline.upload import Upload, read_upload
 from transports.audio_io import AudioFileError
@@ -28,6 +35,21 @@ from transports.audio_io import AudioFileError
 log = logging.getLogger("cadence.transcribe_server")
 
 STREAM_FORMATS = ("json", "text")
+T = TypeVar("T")
+
+
+async def while_connected(request: web.Request, work: Awaitable[T]) -> T:
+    """Await ``work``; cancel it (``ClientGone``) as soon as the client disconnects."""
+    task = asyncio.ensure_future(work)
+    try:
+        while not (await asyncio.wait({task}, timeout=POLL_S))[0]:
+            if client_gone(request):
+                raise ClientGone("the client closed the connection")
+    finally:
+        if not task.done():  # the client left, or this handler was cancelled
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    return task.result()
 
 
 @dataclass(frozen=True)
@@ -38,6 +60,7 @@ class ServerOptions:
     max_audio_held_s: float = 8 * 3600.0  # decoded audio held by all requests together (230 MB per hour)
     aliases: tuple[str, ...] = ("whisper-1",)  # model names answered besides the engine's own
     tmp_dir: str | None = None
+    api_key: str = ""  # non-empty: /v1/* needs "Authorization: Bearer <api_key>"
 
 
 @dataclass(frozen=True)
@@ -99,7 +122,7 @@ class TranscriptionServer:
         self.budget = AudioBudget(self.options.max_audio_held_s)
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[_errors])
+        app = web.Application(middlewares=[_errors, _auth(self.options.api_key)])
         app.router.add_post("/v1/audio/transcriptions", self.transcriptions)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
@@ -131,6 +154,9 @@ class TranscriptionServer:
             upload = await read_upload(request, int(self.options.max_upload_mb * 1e6), self.options.tmp_dir)
             params = parse_params(upload, self.model_names, self.transcriber.engine.languages)
             return await self._transcribe(request, upload, params)
+        except ClientGone:
+            log.info("a client went away before its transcript was ready; its windows were withdrawn")
+            return web.Response(status=499)  # nobody reads it
         finally:
             self.inflight -= 1
             if upload is not None:
@@ -139,7 +165,13 @@ class TranscriptionServer:
     async def _transcribe(self, request: web.Request, upload: Upload, params: Params) -> web.StreamResponse:
         info = await asyncio.to_thread(probe, upload.path)
         # Unknown until decoded (containers libsndfile cannot read): guess from the size at 16 kbit/s.
-        seconds = info.duration if info is not None else upload.size / 2000
+        seconds = upload.size / 2000
+        if info is not None:
+            try:
+                seconds = min(info.duration, plausible_seconds(info, upload.size))
+            except AudioFileError as exc:
+                raise ApiError(400, f"could not decode {upload.filename!r} as audio: {exc}", param="file",
+                               code="invalid_audio") from None
         async with self.budget.reserve(min(seconds, self.options.max_audio_s)):
             return await self._decode_and_transcribe(request, upload, params)
 
@@ -161,10 +193,25 @@ class TranscriptionServer:
         upload.cleanup()  # the disk copy is no longer needed
         if params.stream:
             return await stream_transcript(request, self.transcriber, audio, params.language, timings)
-        transcript = await self.transcriber.transcribe_audio(audio, params.language, timings)
+        transcript = await while_connected(request, self.transcriber.transcribe_audio(audio, params.language, timings))
         body, content_type = render(transcript, params.response_format, params.words)
         header = timings_header(timings, transcript.duration)
         return web.Response(text=body, content_type=content_type, headers={"x-cadence-timings": header})
+
+
+def _auth(api_key: str):  # type: ignore[no-untyped-def]
+    @web.middleware
+    async def auth(request: web.Request, handler):  # type: ignore[no-untyped-def]
+        if api_key and request.path.startswith("/v1/"):
+            scheme, _, offered = request.headers.get("Authorization", "").partition(" ")
+            ok = scheme.lower() == "bearer" and hmac.compare_digest(
+                offered.strip().encode("utf-8", "surrogatepass"), api_key.encode("utf-8", "surrogatepass"))
+            if not ok:
+                raise ApiError(401, "missing or wrong API key: send Authorization: Bearer <key>",
+                               code="invalid_api_key")
+        return await handler(request)
+
+    return auth
 
 
 @web.middleware
@@ -175,6 +222,9 @@ async def _errors(request: web.Request, handler):  # type: ignore[no-untyped-def
         return exc.response()
     except web.HTTPException:
         raise
+    except ConnectionError:  # the client went away (mid-upload, or while waiting)
+        log.info("a client went away mid-request")
+        return web.Response(status=499)
     except Exception:
         log.exception("transcription failed")
         return ApiError(500, "internal error while transcribing; see the server log").response()

@@ -3,10 +3,13 @@
 The file part never sits in memory: it is written to a temporary file chunk by chunk and
 the byte limit is enforced as it arrives (and up front from ``Content-Length``), so an
 hour-long upload costs a disk file, and an oversized one is refused without reading it all.
+The temporary file is removed on every way out of ``read_upload`` that does not hand it over:
+a refused or malformed body (400/413), a client that disconnects mid-upload, a cancellation.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -42,9 +45,9 @@ async def read_upload(request: web.Request, max_bytes: int, tmp_dir: str | None 
         raise _too_large(max_bytes)
     if not request.content_type.startswith("multipart/"):
         raise ApiError(400, "the request must be multipart/form-data with a 'file' part", param="file")
-    reader = await request.multipart()
     upload = Upload()
     try:
+        reader = await request.multipart()
         while (part := await reader.next()) is not None:
             name = part.name or ""
             if name == "file" and part.filename is not None:  # type: ignore[union-attr]
@@ -59,9 +62,15 @@ async def read_upload(request: web.Request, max_bytes: int, tmp_dir: str | None 
     except ApiError:
         upload.cleanup()
         raise
-    except ValueError as exc:  # a malformed multipart body
+    except (ConnectionError, asyncio.CancelledError):  # the client went away mid-upload
         upload.cleanup()
-        raise ApiError(400, f"malformed multipart body ({exc})") from None
+        raise
+    except Exception as exc:  # a malformed multipart body: ValueError, AssertionError, LookupError, ...
+        upload.cleanup()
+        raise ApiError(400, f"malformed multipart body ({type(exc).__name__}: {str(exc)[:200]})") from None
+    except BaseException:
+        upload.cleanup()
+        raise
     return upload
 
 

@@ -237,7 +237,7 @@ async def test_admission_refuses_with_1013_and_admits_again_when_free():
 
 
 async def test_dtmf_and_twiml():
-    async with parrot_server(b"") as (url, endpoint):
+    async with parrot_server(b"", options=PhoneOptions(trust_forwarded_headers=True)) as (url, endpoint):
         caller = await LoopbackCaller(url).connect()
         for digit in "1#":
             await caller.send({"event": "dtmf", "streamSid": caller.stream_sid,

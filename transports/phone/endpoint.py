@@ -1,9 +1,12 @@
 """The aiohttp side of phone calls: ``GET /phone/ws`` (the media stream), ``/phone/twiml``, ``/phone/calls``.
 
-One call: upgrade -> admission gate (refused: close 1013 with the reason) -> ``connected`` and
-``start`` within ``handshake_timeout_s`` (else a protocol close) -> a ``PhoneTransport`` and a
-fresh pipeline until the call ends -> gate released, call moved to the recent list. Nothing of a
-call outlives its handler: every exit path goes through one ``finally``.
+One call: Twilio signature (when ``twilio_auth_token`` is set) and a ``?token=`` given in the URL
+checked before the upgrade (403/401) -> upgrade -> ``connected`` and ``start`` within
+``handshake_timeout_s`` (else a protocol close) -> credentials (query or ``token`` custom
+parameter: the phone token or the server's API key; 1008 if wrong) -> admission gate (refused:
+close 1013 with the reason) -> a ``PhoneTransport`` and a fresh pipeline until the call ends ->
+gate released, call moved to the recent list. A caller without credentials never holds a slot.
+Nothing of a call outlives its handler: every exit path goes through one ``finally``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from xml.sax.saxutils import quoteattr
 from aiohttp import WSMsgType, web
 from loguru import logger
 
+from transports.phone import twilio_signature
 from transports.phone.barge_in import BargeInDetector
 from transports.phone.options import PhoneOptions
 from transports.phone.protocol import (
@@ -95,8 +99,9 @@ class PhoneEndpoint:
     def __init__(self, run_call: RunCall, *, gate: Gate | None = None, in_sample_rate: int = 16000,
                  options: PhoneOptions | None = None,
                  barge_in_factory: Callable[[], BargeInDetector | None] | None = None,
-                 observer_factory: Callable[[CallRecord], Sequence[Any]] | None = None):
+                 observer_factory: Callable[[CallRecord], Sequence[Any]] | None = None, api_key: str = ""):
         self._run_call = run_call
+        self.api_key = api_key
         self.gate = gate
         self.in_sample_rate = in_sample_rate
         self.options = options or PhoneOptions()
@@ -112,48 +117,81 @@ class PhoneEndpoint:
         app.router.add_get("/phone/calls/{sid}", self.call)
         app.on_shutdown.append(self.close_all)
 
+    def _tokens(self) -> list[str]:
+        return [t for t in (self.options.token, self.api_key) if t]
+
+    def _token_ok(self, offered: str) -> bool:
+        tokens = self._tokens()
+        if not tokens:
+            return True
+        got = offered.encode("utf-8", "surrogatepass")  # a lone surrogate is just a wrong token
+        return any(hmac.compare_digest(got, t.encode("utf-8", "surrogatepass")) for t in tokens)
+
     async def websocket(self, request: web.Request) -> web.StreamResponse:
-        ws = web.WebSocketResponse(max_msg_size=64 * 1024)
+        signed = False
+        if self.options.twilio_auth_token:
+            if not await twilio_signature.check(request, self.options.twilio_auth_token,
+                                                self.options.trust_forwarded_headers):
+                logger.warning("phone: refused a handshake without a valid X-Twilio-Signature")
+                return web.json_response({"error": "invalid or missing X-Twilio-Signature"}, status=403)
+            signed = True
+        query_token = request.query.get("token", "")
+        if query_token and not self._token_ok(query_token):
+            return web.json_response({"error": "unauthorized: wrong token"}, status=401)
+        ws = web.WebSocketResponse(max_msg_size=self.options.max_frame_bytes)
         await ws.prepare(request)
         socket = PhoneSocket(ws, "phone (handshake)")
-        if self.gate is not None:
-            refusal = await self.gate.acquire()
-            if refusal is not None:
-                PHONE_STATS.refused_total += 1
-                logger.warning(f"phone: refused a call: {refusal.reason}")
-                await socket.close(CLOSE_TRY_AGAIN_LATER,
-                                   f"refused: {refusal.reason}; retry after {refusal.retry_after_s} s")
-                return ws
         try:
-            await self._call(socket, request.query.get("token", ""))
+            start = await self._handshake(socket, query_token, signed)
+            if start is None:
+                return ws
+            if self.gate is not None:
+                refusal = await self.gate.acquire()
+                if refusal is not None:
+                    PHONE_STATS.refused_total += 1
+                    logger.warning(f"phone: refused a call: {refusal.reason}")
+                    await socket.close(CLOSE_TRY_AGAIN_LATER,
+                                       f"refused: {refusal.reason}; retry after {refusal.retry_after_s} s")
+                    return ws
+            try:
+                await self._call(socket, start)
+            finally:
+                await socket.close(CLOSE_NORMAL, "call ended")
+                if self.gate is not None:
+                    self.gate.release()
+        except Exception as exc:  # nothing may escape as a traceback with a normal close
+            logger.exception("phone: the call handler failed")
+            await socket.close(CLOSE_INTERNAL, f"internal error: {type(exc).__name__}")
         finally:
             await socket.close(CLOSE_NORMAL, "call ended")
-            if self.gate is not None:
-                self.gate.release()
         return ws
 
-    def _authorized(self, start: StreamStart, query_token: str) -> bool:
-        token = self.options.token
-        offered = query_token or start.custom_parameters.get("token", "")
-        return not token or hmac.compare_digest(offered.encode(), token.encode())
-
-    async def _call(self, socket: PhoneSocket, query_token: str = "") -> None:
+    async def _handshake(self, socket: PhoneSocket, query_token: str, signed: bool) -> StreamStart | None:
+        """``connected``/``start`` and the caller's credentials; None (socket closed) if it fails."""
         try:
             start = await read_start(socket, self.options.handshake_timeout_s, self.options.max_payload_bytes)
         except ProtocolError as exc:
             PHONE_STATS.protocol_error(exc.code)
             logger.warning(f"phone: handshake failed ({exc.code}): {exc.reason}")
             await socket.close(exc.code, exc.reason)
-            return
+            return None
         if start is None:
-            return
-        sid = start.stream_sid
-        if not self._authorized(start, query_token):
-            logger.warning(f"phone {sid}: refused: missing or wrong token")
+            return None
+        offered = query_token or start.custom_parameters.get("token", "")
+        if not signed and not self._token_ok(offered):
+            PHONE_STATS.protocol_error(CLOSE_POLICY)
+            logger.warning(f"phone {start.stream_sid!r}: refused: missing or wrong token")
             await socket.close(CLOSE_POLICY, "unauthorized: missing or wrong token")
-            return
-        if sid in self.active:
-            await socket.close(CLOSE_POLICY, f"stream {sid!r} is already connected")
+            return None
+        if start.stream_sid in self.active:
+            await socket.close(CLOSE_POLICY, "this stream is already connected")
+            return None
+        return start
+
+    async def _call(self, socket: PhoneSocket, start: StreamStart) -> None:
+        sid = start.stream_sid
+        if sid in self.active:  # connected while this one waited for admission
+            await socket.close(CLOSE_POLICY, "this stream is already connected")
             return
         socket.label = f"phone {sid}"
         transport = PhoneTransport(socket.ws, start, in_sample_rate=self.in_sample_rate, options=self.options,
@@ -193,15 +231,26 @@ class PhoneEndpoint:
         return web.json_response({**record.as_dict(self.options.expose_transcripts), "active": sid in self.active})
 
     async def twiml(self, request: web.Request) -> web.Response:
-        """TwiML for the provider's voice webhook: connect the call to our media stream."""
-        if self.options.token:
-            return web.json_response({"error": "disabled while a phone token is set: put the TwiML with its "
+        """TwiML for the provider's voice webhook: connect the call to our media stream.
+
+        With a phone token or API key set, it is served only to requests signed by Twilio (it then
+        carries the token as a ``<Parameter>``); without a Twilio auth token it is disabled.
+        """
+        token = self.options.token or self.api_key
+        if self.options.twilio_auth_token:
+            if not await twilio_signature.check(request, self.options.twilio_auth_token,
+                                                self.options.trust_forwarded_headers):
+                return web.json_response({"error": "invalid or missing X-Twilio-Signature"}, status=403)
+        elif token:
+            return web.json_response({"error": "disabled while a phone token or API key is set and no "
+                                               "phone.twilio_auth_token: put the TwiML with its "
                                                "<Parameter name=\"token\"> in a TwiML Bin"}, status=404)
-        host = request.headers.get("X-Forwarded-Host", request.host)
-        secure = request.secure or request.headers.get("X-Forwarded-Proto", "") == "https"
+        host, secure = twilio_signature.public_host(request, self.options.trust_forwarded_headers)
         url = f"{'wss' if secure else 'ws'}://{host}{self.options.path}"
+        stream = (f"<Stream url={quoteattr(url)}><Parameter name=\"token\" value={quoteattr(token)} /></Stream>"
+                  if token else f"<Stream url={quoteattr(url)} />")
         body = ('<?xml version="1.0" encoding="UTF-8"?>\n'
-                f"<Response><Connect><Stream url={quoteattr(url)} /></Connect></Response>\n")
+                f"<Response><Connect>{stream}</Connect></Response>\n")
         return web.Response(text=body, content_type="application/xml")
 
     async def close_all(self, _app: web.Application | None = None) -> None:

@@ -4,7 +4,10 @@ Each ``media`` payload is decoded once (mu-law -> PCM, one soxr call to the pipe
 pushed as an ``InputAudioRawFrame``; the 8 kHz PCM also feeds the fast barge-in detector.
 ``mark`` echoes go to the output's ledger, ``dtmf`` becomes ``InputDTMFFrame``. A protocol error
 closes the socket with its code and reason; ``stop``, a peer close, a dropped connection or
-``idle_timeout_s`` of silence ends the call. Every way out fires ``on_client_disconnected``.
+``idle_timeout_s`` of silence ends the call. Any other error (a bug, a frame nothing expected)
+closes the socket with 1011 and ends the call too: every way out fires ``on_client_disconnected``,
+so the call's admission slot always comes back. Media beyond ``max_input_rt_ratio`` times real
+time (after an ``input_burst_s`` allowance) is dropped and counted, never queued for the ASR.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from transports.phone.codec import InboundDecoder
 from transports.phone.options import PhoneOptions
 from transports.phone.output import PhoneOutputTransport
 from transports.phone.protocol import (
+    CLOSE_INTERNAL,
     CLOSE_INVALID_PAYLOAD,
     CLOSE_NORMAL,
     CLOSE_POLICY,
@@ -37,6 +41,27 @@ from transports.phone.stats import CallStats
 
 _CLOSED = (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR)
 _INBOUND_TRACKS = ("inbound", "inbound_track")
+MAX_DTMF = 1000
+
+
+class RealTimeBudget:
+    """Token bucket of audio seconds: refills at ``ratio`` x wall time, holds at most ``burst_s``."""
+
+    def __init__(self, ratio: float, burst_s: float, now: float | None = None):
+        self.ratio = ratio
+        self.burst_s = burst_s
+        self.level = burst_s
+        self.at = time.monotonic() if now is None else now
+
+    def take(self, seconds: float, now: float) -> bool:
+        if self.ratio <= 0:
+            return True
+        self.level = min(self.burst_s, self.level + (now - self.at) * self.ratio)
+        self.at = now
+        if self.level < seconds:
+            return False
+        self.level -= seconds
+        return True
 
 
 class PhoneInputTransport(BaseInputTransport):
@@ -55,6 +80,7 @@ class PhoneInputTransport(BaseInputTransport):
         self._barge_in = barge_in
         self._decoder: InboundDecoder | None = None
         self._task = None
+        self._budget = RealTimeBudget(options.max_input_rt_ratio, options.input_burst_s)
         self.error: ProtocolError | None = None
 
     async def start(self, frame: StartFrame):
@@ -102,7 +128,12 @@ class PhoneInputTransport(BaseInputTransport):
             self._stats.totals.protocol_error(exc.code)
             logger.warning(f"phone {self._sid}: protocol error {exc.code}: {exc.reason}")
             await self._socket.close(exc.code, exc.reason)
-        await self._on_disconnected()
+        except Exception as exc:  # never leave a call without its receive task
+            logger.exception(f"phone {self._sid}: the receive task failed")
+            self.error = ProtocolError(CLOSE_INTERNAL, f"internal error: {type(exc).__name__}")
+            self._stats.totals.protocol_error(CLOSE_INTERNAL)
+            await self._socket.close(CLOSE_INTERNAL, self.error.reason)
+        await self._on_disconnected()  # (cancelled: the pipeline is already stopping)
 
     async def _handle(self, msg: Message) -> bool:
         """Act on one message; False ends the call."""
@@ -118,7 +149,8 @@ class PhoneInputTransport(BaseInputTransport):
                 button = KeypadEntry(msg.digit)
             except ValueError:
                 raise ProtocolError(CLOSE_INVALID_PAYLOAD, f"unknown DTMF digit {msg.digit[:8]!r}") from None
-            self._stats.dtmf.append(msg.digit)
+            if len(self._stats.dtmf) < MAX_DTMF:
+                self._stats.dtmf.append(msg.digit)
             await self.push_frame(InputDTMFFrame(button=button))
         elif msg.event == "stop":
             logger.info(f"phone {self._sid}: stream stopped by the provider")
@@ -132,6 +164,9 @@ class PhoneInputTransport(BaseInputTransport):
         assert self._decoder is not None
         arrived = time.monotonic()
         self._stats.media_in += 1
+        if not self._budget.take(len(payload) / 8000.0, arrived):
+            self._stats.media_dropped += 1
+            return
         pcm8k, pcm = await self._decoder.decode(payload)
         if pcm:
             await self.push_audio_frame(InputAudioRawFrame(audio=pcm, sample_rate=self.sample_rate, num_channels=1))

@@ -36,3 +36,15 @@ class PhoneOptions:
     # ``<Parameter name="token">`` of the TwiML ``<Stream>`` (Twilio drops query strings), and
     # ``/phone/twiml`` is disabled (it would hand the secret to anyone who asks).
     token: str = ""
+    # Non-empty: the account's Twilio auth token. ``/phone/ws`` and ``/phone/twiml`` then need a valid
+    # ``X-Twilio-Signature`` (checked before the WebSocket upgrade); a signed call needs no token.
+    twilio_auth_token: str = ""
+    # Believe ``X-Forwarded-Host``/``-Proto`` (for the TwiML stream URL and signature URLs) only
+    # behind a proxy that sets them; otherwise anyone could make /phone/twiml point elsewhere.
+    trust_forwarded_headers: bool = False
+    # Caller audio accepted at most this many times real time (plus ``input_burst_s`` of catch-up
+    # after a network stall); the rest is dropped: a fast sender cannot load the ASR for everyone.
+    max_input_rt_ratio: float = 1.5
+    input_burst_s: float = 2.0
+    # Largest WebSocket frame accepted (a 200 ms media message is ~2.2 KB of JSON).
+    max_frame_bytes: int = 16 * 1024

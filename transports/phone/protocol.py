@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from transports.json_limits import loads_bounded
+
 CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001
 CLOSE_UNSUPPORTED = 1003
@@ -31,6 +33,7 @@ ENCODING = "audio/x-mulaw"
 # Twilio sends 20 ms (160 bytes); other bridges send 10-60 ms. More than this is not a live stream.
 MAX_PAYLOAD_BYTES = SAMPLE_RATE // 5  # 200 ms
 KNOWN_EVENTS = frozenset({"connected", "start", "media", "dtmf", "mark", "stop"})
+MAX_DEPTH = 6  # the deepest provider message (start.mediaFormat / customParameters) is 3
 
 
 class ProtocolError(ValueError):
@@ -104,7 +107,7 @@ def _parse_start(msg: dict[str, Any]) -> StreamStart:
         call_sid=_str(start.get("callSid"), "start.callSid", required=False),
         account_sid=_str(start.get("accountSid"), "start.accountSid", required=False),
         tracks=tuple(tracks),
-        custom_parameters={str(k): str(v) for k, v in params.items()},
+        custom_parameters={str(k)[:64]: str(v)[:1024] for k, v in list(params.items())[:32]},
     )
 
 
@@ -127,9 +130,9 @@ def parse_message(data: str | bytes, max_payload_bytes: int = MAX_PAYLOAD_BYTES)
     if isinstance(data, bytes):
         raise ProtocolError(CLOSE_UNSUPPORTED, "binary frames are not part of the protocol: send JSON text")
     try:
-        msg = json.loads(data)
-    except ValueError as exc:
-        raise ProtocolError(CLOSE_INVALID_PAYLOAD, f"malformed JSON: {exc.args[0] if exc.args else exc}") from None
+        msg = loads_bounded(data, max_depth=MAX_DEPTH)
+    except ValueError as exc:  # malformed, or nested too deeply
+        raise ProtocolError(CLOSE_INVALID_PAYLOAD, str(exc)) from None
     msg = _obj(msg, "message")
     event = msg.get("event")
     if not isinstance(event, str):

@@ -114,6 +114,7 @@ class CallStats:
     """One call's figures; every observation is also forwarded to ``PHONE_STATS``."""
 
     media_in: int = 0
+    media_dropped: int = 0  # media beyond real time (``max_input_rt_ratio``), not passed on
     chunks_out: int = 0
     marks_sent: int = 0
     marks_echoed: int = 0
@@ -146,7 +147,7 @@ class CallStats:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "media_in": self.media_in, "chunks_out": self.chunks_out, "marks_sent": self.marks_sent,
+            "media_in": self.media_in, "media_dropped": self.media_dropped, "chunks_out": self.chunks_out, "marks_sent": self.marks_sent,
             "marks_echoed": self.marks_echoed, "clears": self.clears, "underruns": len(self.gap_ms),
             "dtmf": "".join(self.dtmf),
             "output_chunk_lateness_ms": summary(self.lateness_ms),
