@@ -22,7 +22,8 @@ from torch import nn
 from tts.kokoro import config as kconfig
 from tts.kokoro.albert import Albert
 from tts.kokoro.decoder import Decoder
-from tts.kokoro.layers import Span
+from tts.kokoro.fused import EAGER_KERNELS, Kernels
+from tts.kokoro.layers import AdaIN1d, AdainResBlk1d, AdaINResBlock1, Span
 from tts.kokoro.prosody import ProsodyPredictor, TextEncoder
 
 PARTS = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
@@ -61,6 +62,8 @@ class KokoroModel(nn.Module):
                                         depth=int(cfg["n_layer"]), n_symbols=int(cfg["n_token"]))
         self.decoder = Decoder(dim_in=hidden, style_dim=style, istftnet=cfg["istftnet"],
                                decoder_dim=int(cfg["decoder_dim"]), asr_res_dim=int(cfg["asr_res_dim"]))
+        self._kernels: Kernels = EAGER_KERNELS
+        self._compiled_kernels: Kernels | None = None
         self.eval()
 
     # ------------------------------------------------------------------ properties
@@ -89,6 +92,25 @@ class KokoroModel(nn.Module):
     def set_decoder_dtype(self, dtype: torch.dtype) -> KokoroModel:
         """Run the decoder in ``dtype`` (its weights are cast); the text side keeps its precision."""
         self.decoder.to(dtype)
+        return self
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the fused AdaIN/Snake steps run as ``torch.compile`` builds (:meth:`set_compiled`)."""
+        return self._kernels.compiled
+
+    def set_compiled(self, on: bool, mode: str | None = None) -> KokoroModel:
+        """Run the fused AdaIN/Snake steps (:mod:`tts.kokoro.fused`) compiled or eagerly.
+
+        The compiled build is made once per model and kept, so switching back and forth (the bench's
+        side-by-side rows) compiles nothing twice; graphs are built on first use of a shape class.
+        """
+        if on and self._compiled_kernels is None:
+            self._compiled_kernels = Kernels(compiled=True, mode=mode)
+        self._kernels = self._compiled_kernels if on else EAGER_KERNELS  # type: ignore[assignment]
+        for module in self.modules():
+            if isinstance(module, AdaIN1d | AdainResBlk1d | AdaINResBlock1):
+                module.kernels = self._kernels
         return self
 
     def parameter_bytes(self) -> int:
