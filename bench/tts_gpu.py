@@ -6,8 +6,9 @@ Full-size Kokoro-82M with random weights (durations calibrated to ~60 ms a phone
 engine (``tts.kokoro.engine.KokoroEngine``: its SynthesisBatcher, clause streaming, deadlines):
 
 1. ``single``: time to first audio at one stream: p50/p99 over ``--single-n`` first clauses.
-2. ``batches``: one GPU call of B copies of a typical clause, per B and decoder dtype (ms, audio s/s,
-   peak memory): where batching and bf16 pay.
+2. ``batches``: one GPU call of B copies of a typical clause, per B, decoder dtype and eager/compiled
+   (ms, audio s/s, peak memory, first-call time = torch.compile builds): where batching, bf16 and the
+   compiled AdaIN/Snake steps pay. ``--compile`` (default) compiles the engine used by 1 and 3.
 3. ``ramp``: N concurrent streams. Each stream is a caller hearing replies: it asks for a reply (2-4
    sentences of agent text, clause-streamed), reads its pieces as they come (a transport buffers
    them), plays them in real time, pauses as a caller would speak, and asks again. Per level:
