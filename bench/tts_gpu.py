@@ -181,6 +181,33 @@ def batch_sweep(engine: KokoroEngine, sizes: list[int], modes: list[tuple[str, b
     return rows
 
 
+def profile_batch(engine: KokoroEngine, b: int, modes: list[tuple[str, bool]], rows: int = 12) -> dict[str, str]:
+    """torch.profiler's top kernels for one call of B copies per mode (where the time goes, eager vs compiled)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model, dev = engine.model, engine.device
+    ids = engine.phoneme_ids("Sure, I can help with that, your order shipped this morning.")
+    items = [Utterance(ids, engine.style_for(len(ids)), 1.0) for _ in range(b)]
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    key = "cuda_time_total" if dev.type == "cuda" else "cpu_time_total"
+    original = model.decoder_dtype, model.compiled
+    tables = {}
+    for dtype, compiled in modes:
+        model.set_decoder_dtype(getattr(torch, dtype))
+        model.set_compiled(compiled, engine.options.compile_mode or None)
+        model.synthesize(items, frame_bucket=engine.options.frame_bucket)  # warm
+        sync(dev)
+        with profile(activities=activities) as prof:
+            model.synthesize(items, frame_bucket=engine.options.frame_bucket)
+            sync(dev)
+        label = f"{dtype} {'compiled' if compiled else 'eager'} B={b}"
+        tables[label] = prof.key_averages().table(sort_by=key, row_limit=rows, max_name_column_width=60)
+        print(f"  profile {label}:\n{tables[label]}", flush=True)
+    model.set_decoder_dtype(original[0])
+    model.set_compiled(original[1], engine.options.compile_mode or None)
+    return tables
+
+
 # ---------------------------------------------------------------------------------------------- 3. ramp
 @dataclass
 class Reply:
@@ -308,6 +335,9 @@ def main() -> None:
                    help="torch.compile rows of the batch table, beside the eager ones ('' for none)")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                    help="KokoroOptions.compile for the engine (single + ramp): fused AdaIN/Snake steps compiled")
+    p.add_argument("--profile-batch", type=int, default=128,
+                   help="after the batch table: torch.profiler top kernels of one call of this batch, per compiled "
+                        "and eager mode of the first compiled dtype (0: off)")
     p.add_argument("--compile-mode", default="", help="torch.compile mode ('' = default)")
     p.add_argument("--batch-sizes", default="1,8,32,64,128")
     p.add_argument("--batch-iters", type=int, default=3)
@@ -389,6 +419,13 @@ def main() -> None:
             t_b = time.perf_counter()
             result["batches"] = batch_sweep(engine, sizes, modes, args.batch_iters)
             print(f"  batch table: {time.perf_counter() - t_b:.1f} s", flush=True)
+            save()
+            compiled_dtypes = [d for d, c in modes if c]
+            if args.profile_batch > 0 and compiled_dtypes:
+                t_p = time.perf_counter()
+                result["profile"] = profile_batch(engine, args.profile_batch,
+                                                  [(compiled_dtypes[0], False), (compiled_dtypes[0], True)])
+                print(f"  profiles: {time.perf_counter() - t_p:.1f} s", flush=True)
             save()
         if "ramp" not in skip:
             print("ramp:", flush=True)

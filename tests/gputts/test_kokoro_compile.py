@@ -67,3 +67,18 @@ def test_compiled_model_equals_eager():
     for got, want in zip(compiled.audio, eager.audio, strict=True):
         assert len(got) == len(want) and np.abs(want).max() > 1e-3
         np.testing.assert_allclose(got, want, atol=1e-5 * np.abs(want).max() + 1e-7, rtol=0)
+
+
+def test_engine_option_compiles_its_model():
+    from tts.kokoro.engine import KokoroEngine
+    from tts.kokoro.options import KokoroOptions
+
+    eager = KokoroEngine(KokoroOptions(tiny=True, device="cpu", warmup=False, g2p="chars"))
+    compiled = KokoroEngine(KokoroOptions(tiny=True, device="cpu", warmup=False, g2p="chars", compile=True))
+    try:
+        assert not eager.model.compiled and compiled.model.compiled
+        blocks = [m for m in compiled.model.modules() if hasattr(m, "kernels")]
+        assert blocks and all(m.kernels.compiled for m in blocks)
+    finally:
+        eager.close()
+        compiled.close()
