@@ -82,3 +82,22 @@ def test_engine_option_compiles_its_model():
     finally:
         eager.close()
         compiled.close()
+
+
+def test_a_failing_compiled_build_falls_back_to_eager(caplog):
+    calls = []
+
+    def broken(*args):
+        calls.append(args)
+        raise RuntimeError("triton: no C compiler\nmore detail")
+
+    step = fused._guarded("adain_snake", broken, fused.adain_snake)
+    args = _step_args(2, 8, 12, [12, 5], seed=0)
+    eager_args = (args[0], *args[2:])
+    with caplog.at_level("WARNING", logger="tts.kokoro.fused"):
+        first = step(*eager_args)
+        second = step(*eager_args)
+    assert len(calls) == 1, "after one failure the compiled build is not tried again"
+    torch.testing.assert_close(first, fused.adain_snake(*eager_args), rtol=0, atol=0)
+    torch.testing.assert_close(second, first, rtol=0, atol=0)
+    assert "running it eagerly" in caplog.text and "no C compiler" in caplog.text
