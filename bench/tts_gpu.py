@@ -114,6 +114,14 @@ def environment() -> dict[str, Any]:
     return env
 
 
+def compiled_graphs() -> int:
+    """Graphs torch.compile has built in this process (a rise during the ramp = a recompile while serving)."""
+    try:
+        return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    except (AttributeError, KeyError):
+        return 0
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -382,7 +390,8 @@ def main() -> None:
                                         compile=args.compile, compile_mode=args.compile_mode))
     setup_s = time.perf_counter() - t0
     print(f"engine on {engine.device} ({engine.decoder_dtype}, {'compiled' if args.compile else 'eager'}) in "
-          f"{setup_s:.1f} s (warm-up {engine.memory.warmup_s:.1f} s); memory {engine.memory.as_dict()}", flush=True)
+          f"{setup_s:.1f} s (warm-up {engine.memory.warmup_s:.1f} s, {compiled_graphs()} compiled graphs); memory "
+          f"{engine.memory.as_dict()}", flush=True)
     result: dict[str, Any] = {
         "environment": environment(),
         "config": {k: v for k, v in vars(args).items() if k != "out"},
@@ -392,7 +401,8 @@ def main() -> None:
                    "weights": "random (real Kokoro-82M architecture)" if not args.tiny else "random, tiny config",
                    "parameters": sum(p.numel() for p in engine.model.parameters()),
                    "max_batch": args.max_batch, "compiled": args.compile,
-                   "setup_s": round(setup_s, 1), "warmup_s": engine.memory.warmup_s, "memory": engine.memory.as_dict()},
+                   "setup_s": round(setup_s, 1), "warmup_s": engine.memory.warmup_s,
+                   "compiled_graphs_after_warmup": compiled_graphs(), "memory": engine.memory.as_dict()},
     }
 
     out = Path(args.out)
@@ -401,6 +411,7 @@ def main() -> None:
     def save() -> None:  # after every phase and level: a run cut short keeps what it measured
         ok = [r["streams"] for r in result.get("ramp", []) if r["ok"]]
         result["max_streams_ok"] = max(ok) if ok else 0
+        result["compiled_graphs"] = compiled_graphs()
         out.write_text(json.dumps(result, indent=2, default=str) + "\n")
 
     try:
@@ -430,11 +441,14 @@ def main() -> None:
         if "ramp" not in skip:
             print("ramp:", flush=True)
             result["ramp"] = []
+            graphs = compiled_graphs()
             asyncio.run(ramp(engine, [int(x) for x in args.levels.split(",") if x], args, result["ramp"], save))
+            print(f"  graphs compiled during the ramp: {compiled_graphs() - graphs}", flush=True)
     finally:
         engine.close()
         save()
-        print(f"wrote {out}; max streams with p1 reply ratio >= 1.2: {result.get('max_streams_ok')}", flush=True)
+        print(f"wrote {out}; max streams with p1 reply ratio >= 1.2: {result.get('max_streams_ok')}; "
+              f"{compiled_graphs()} compiled graphs in all; {time.perf_counter() - t0:.0f} s in all", flush=True)
 
 if __name__ == "__main__":
     main()

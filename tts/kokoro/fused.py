@@ -72,8 +72,24 @@ def residual_adain_snake(z: torch.Tensor, residual: torch.Tensor, s: torch.Tenso
     return x, adain_snake(x, s, fc_w, fc_b, norm_w, norm_b, mask, count, eps, alpha)
 
 
+def add_source(x: torch.Tensor, z: torch.Tensor, residual: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The generator's ``(x + source) * mask``, ``source = z * mask + residual`` (the noise resblock's end)."""
+    return (x + (z * mask + residual)) * mask
+
+
+def mean_leaky(mask: torch.Tensor, slope: float, *parts: torch.Tensor) -> torch.Tensor:
+    """``leaky_relu(mean_j(z_j * mask + x_j), slope) * mask`` over the resblocks' ``(z_j, x_j)`` pairs: their
+    ends, their average and the next stage's activation in one pass (the mask changes nothing where
+    the resblocks' inputs were clean, and makes conv_post's input clean)."""
+    total: torch.Tensor | None = None
+    for z, x in zip(parts[::2], parts[1::2], strict=True):
+        y = z * mask + x
+        total = y if total is None else total + y
+    return F.leaky_relu(total / (len(parts) // 2), slope) * mask  # type: ignore[operator]
+
+
 EAGER: dict[str, Callable[..., Any]] = {f.__name__: f for f in (adain, adain_leaky, adain_snake,
-                                                                 residual_adain_snake)}
+                                                                 residual_adain_snake, add_source, mean_leaky)}
 
 
 class Kernels:
@@ -119,8 +135,8 @@ def _guarded(name: str, compiled: Callable[..., Any], eager: Callable[..., Any])
 def _configure_dynamo() -> None:
     """Process-wide settings that keep the graph count at (function x dtype x batch 1 or not).
 
-    Each function sees a few graphs, so the recompile limit (8) is raised so dynamo never gives up on
-    one. Duck sizing is switched off: with it, sizes that happen to be equal when a graph is traced
+    Each function sees a few graphs (a transposed input is one more), so the recompile limit (8) is
+    raised so dynamo never gives up on one. Duck sizing is switched off: with it, sizes that happen to be equal when a graph is traced
     (batch 128 and 128 channels, 256 frames and 256 channels) share one symbol, and the next call
     where they differ recompiles mid-serving. Without it every dimension gets its own symbol.
     """
@@ -128,6 +144,10 @@ def _configure_dynamo() -> None:
     for key in ("recompile_limit", "cache_size_limit"):
         if hasattr(cfg, key) and getattr(cfg, key) < 32:
             setattr(cfg, key, 32)
+    # Parameters' shapes are static by default, which would pin the channel count (the norm and fc weights
+    # are arguments) and build one graph per width (128, 256, 512, 1024, 1090, ...).
+    if hasattr(cfg, "force_parameter_static_shapes"):
+        cfg.force_parameter_static_shapes = False
     try:
         import torch.fx.experimental._config as fx_config
 
@@ -138,4 +158,5 @@ def _configure_dynamo() -> None:
 
 EAGER_KERNELS = Kernels(compiled=False)
 
-__all__ = ["EAGER", "EAGER_KERNELS", "Kernels", "adain", "adain_leaky", "adain_snake", "residual_adain_snake"]
+__all__ = ["EAGER", "EAGER_KERNELS", "Kernels", "adain", "adain_leaky", "adain_snake", "add_source", "mean_leaky",
+           "residual_adain_snake"]

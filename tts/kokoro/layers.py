@@ -147,6 +147,8 @@ class AdainResBlk1d(nn.Module):
         """``span_out`` is ``span_in`` unless the block upsamples (then twice the lengths)."""
         m_out = span_out.mask
         k = self.kernels
+        if k.compiled:  # the prosody's LSTM outputs come transposed: one compiled layout, not two
+            x = x.contiguous()
         r = k.adain_leaky(x, *self.norm1.args(s, span_in), 0.2)
         if self.upsamples:
             r = self.pool(r) * m_out
@@ -177,8 +179,15 @@ class AdaINResBlock1(nn.Module):
         self.alpha2 = nn.ParameterList(nn.Parameter(torch.ones(1, channels, 1)) for _ in dilation)
 
     def forward(self, x: torch.Tensor, s: torch.Tensor, span: Span) -> torch.Tensor:
-        """Three dilated steps; each step's residual add is fused into the next step's first AdaIN + Snake."""
-        m, k = span.mask, self.kernels
+        z, x = self.parts(x, s, span)
+        return z * span.mask + x
+
+    def parts(self, x: torch.Tensor, s: torch.Tensor, span: Span) -> tuple[torch.Tensor, torch.Tensor]:
+        """The output as ``(z, x)`` with output ``z * mask + x``, so the caller can fuse that add into its next step.
+
+        Three dilated steps; each step's residual add is fused into the next step's first AdaIN + Snake.
+        """
+        k = self.kernels
         z: torch.Tensor | None = None  # the previous step's conv2 output, not yet added to x
         for c1, c2, n1, n2, a1, a2 in zip(self.convs1, self.convs2, self.adain1, self.adain2, self.alpha1,
                                           self.alpha2, strict=True):
@@ -188,7 +197,7 @@ class AdaINResBlock1(nn.Module):
                 x, xt = k.residual_adain_snake(z, x, *n1.args(s, span), a1)
             xt = k.adain_snake(c1(xt), *n2.args(s, span), a2)
             z = c2(xt)
-        return z * m + x  # type: ignore[operator]
+        return z, x  # type: ignore[return-value]
 
 
 def packed_lstm(lstm: nn.LSTM, x: torch.Tensor, lengths: list[int]) -> torch.Tensor:

@@ -21,7 +21,7 @@ from torch import nn
 
 from tts.kokoro import config as kconfig
 from tts.kokoro.albert import Albert
-from tts.kokoro.decoder import Decoder
+from tts.kokoro.decoder import Decoder, Generator
 from tts.kokoro.fused import EAGER_KERNELS, Kernels
 from tts.kokoro.layers import AdaIN1d, AdainResBlk1d, AdaINResBlock1, Span
 from tts.kokoro.prosody import ProsodyPredictor, TextEncoder
@@ -109,7 +109,7 @@ class KokoroModel(nn.Module):
             self._compiled_kernels = Kernels(compiled=True, mode=mode)
         self._kernels = self._compiled_kernels if on else EAGER_KERNELS  # type: ignore[assignment]
         for module in self.modules():
-            if isinstance(module, AdaIN1d | AdainResBlk1d | AdaINResBlock1):
+            if isinstance(module, AdaIN1d | AdainResBlk1d | AdaINResBlock1 | Generator):
                 module.kernels = self._kernels
         return self
 
@@ -162,7 +162,10 @@ class KokoroModel(nn.Module):
         ids_t = torch.from_numpy(ids).to(dev, non_blocking=True)
         tokens = Span.of(lengths, t, dev, text_dtype)
         ref = torch.stack([it.style.reshape(-1) for it in items]).to(dev, text_dtype, non_blocking=True)
-        s_dec, s_pro = ref[:, : self.style_dim], ref[:, self.style_dim:]
+        # dense copies: a view's offset or row stride would be one more compiled-graph variant (tts/kokoro/fused.py)
+        dense = torch.contiguous_format
+        s_dec = ref[:, : self.style_dim].clone(memory_format=dense)
+        s_pro = ref[:, self.style_dim:].clone(memory_format=dense)
         speed = torch.tensor([it.speed for it in items], dtype=text_dtype).to(dev, non_blocking=True)
 
         valid = None if all(n == t for n in lengths) else tokens.mask[:, 0, :] > 0
