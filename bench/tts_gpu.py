@@ -6,8 +6,9 @@ Full-size Kokoro-82M with random weights (durations calibrated to ~60 ms a phone
 engine (``tts.kokoro.engine.KokoroEngine``: its SynthesisBatcher, clause streaming, deadlines):
 
 1. ``single``: time to first audio at one stream: p50/p99 over ``--single-n`` first clauses.
-2. ``batches``: one GPU call of B copies of a typical clause, per B and decoder dtype (ms, audio s/s,
-   peak memory): where batching and bf16 pay.
+2. ``batches``: one GPU call of B copies of a typical clause, per B, decoder dtype and eager/compiled
+   (ms, audio s/s, peak memory, first-call time = torch.compile builds): where batching, bf16 and the
+   compiled AdaIN/Snake steps pay. ``--compile`` (default) compiles the engine used by 1 and 3.
 3. ``ramp``: N concurrent streams. Each stream is a caller hearing replies: it asks for a reply (2-4
    sentences of agent text, clause-streamed), reads its pieces as they come (a transport buffers
    them), plays them in real time, pauses as a caller would speak, and asks again. Per level:
@@ -113,6 +114,14 @@ def environment() -> dict[str, Any]:
     return env
 
 
+def compiled_graphs() -> int:
+    """Graphs torch.compile has built in this process (a rise during the ramp = a recompile while serving)."""
+    try:
+        return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    except (AttributeError, KeyError):
+        return 0
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -134,18 +143,27 @@ async def single_stream(engine: KokoroEngine, n: int) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- 2. batches
-def batch_sweep(engine: KokoroEngine, sizes: list[int], dtypes: list[str], iters: int) -> list[dict[str, Any]]:
-    """One GPU call of B copies of a typical clause, per decoder dtype (the engine's batcher is idle)."""
+def batch_sweep(engine: KokoroEngine, sizes: list[int], modes: list[tuple[str, bool]], iters: int
+                ) -> list[dict[str, Any]]:
+    """One GPU call of B copies of a typical clause, per (decoder dtype, compiled) mode (the batcher is idle).
+
+    Each mode's first call (``warm_s``) builds what that mode needs (torch.compile graphs when compiled).
+    """
     model, dev = engine.model, engine.device
     ids = engine.phoneme_ids("Sure, I can help with that, your order shipped this morning.")
     rows = []
-    original = model.decoder_dtype
-    for dtype in dtypes:
+    original = model.decoder_dtype, model.compiled
+    for dtype, compiled in modes:
         model.set_decoder_dtype(getattr(torch, dtype))
+        model.set_compiled(compiled, engine.options.compile_mode or None)
+        label = f"{dtype} {'compiled' if compiled else 'eager'}"
+        t_mode = time.perf_counter()
         for b in sizes:
             items = [Utterance(ids, engine.style_for(len(ids)), 1.0) for _ in range(b)]
-            model.synthesize(items, frame_bucket=engine.options.frame_bucket)  # warm this shape
+            t0 = time.perf_counter()
+            model.synthesize(items, frame_bucket=engine.options.frame_bucket)  # warm this shape (and compile)
             sync(dev)
+            warm_s = time.perf_counter() - t0
             if dev.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(dev)
                 base = torch.cuda.memory_allocated(dev)
@@ -157,14 +175,45 @@ def batch_sweep(engine: KokoroEngine, sizes: list[int], dtypes: list[str], iters
                 times.append(time.perf_counter() - t0)
                 audio_s = sum(len(a) for a in res.audio) / engine.sample_rate
             ms = statistics.median(times) * 1000
-            row = {"dtype": dtype, "batch": b, "ms": round(ms, 2), "audio_s": round(audio_s, 2),
-                   "audio_s_per_s": round(audio_s / (ms / 1000), 1)}
+            row = {"dtype": dtype, "compiled": compiled, "batch": b, "ms": round(ms, 2),
+                   "min_ms": round(min(times) * 1000, 2), "audio_s": round(audio_s, 2),
+                   "audio_s_per_s": round(audio_s / (ms / 1000), 1), "warm_s": round(warm_s, 2)}
             if dev.type == "cuda":
                 row["peak_mib"] = round((torch.cuda.max_memory_allocated(dev) - base) / 2**20, 1)
             rows.append(row)
-            print(f"  batch {dtype:8s} B={b:4d}: {ms:8.2f} ms, {row['audio_s_per_s']:9.1f} audio s/s", flush=True)
-    model.set_decoder_dtype(original)
+            print(f"  batch {label:18s} B={b:4d}: {ms:8.2f} ms, {row['audio_s_per_s']:9.1f} audio s/s"
+                  f" (first call {warm_s:.2f} s)", flush=True)
+        print(f"  {label}: {time.perf_counter() - t_mode:.1f} s for the mode", flush=True)
+    model.set_decoder_dtype(original[0])
+    model.set_compiled(original[1], engine.options.compile_mode or None)
     return rows
+
+
+def profile_batch(engine: KokoroEngine, b: int, modes: list[tuple[str, bool]], rows: int = 12) -> dict[str, str]:
+    """torch.profiler's top kernels for one call of B copies per mode (where the time goes, eager vs compiled)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model, dev = engine.model, engine.device
+    ids = engine.phoneme_ids("Sure, I can help with that, your order shipped this morning.")
+    items = [Utterance(ids, engine.style_for(len(ids)), 1.0) for _ in range(b)]
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    key = "cuda_time_total" if dev.type == "cuda" else "cpu_time_total"
+    original = model.decoder_dtype, model.compiled
+    tables = {}
+    for dtype, compiled in modes:
+        model.set_decoder_dtype(getattr(torch, dtype))
+        model.set_compiled(compiled, engine.options.compile_mode or None)
+        model.synthesize(items, frame_bucket=engine.options.frame_bucket)  # warm
+        sync(dev)
+        with profile(activities=activities) as prof:
+            model.synthesize(items, frame_bucket=engine.options.frame_bucket)
+            sync(dev)
+        label = f"{dtype} {'compiled' if compiled else 'eager'} B={b}"
+        tables[label] = prof.key_averages().table(sort_by=key, row_limit=rows, max_name_column_width=60)
+        print(f"  profile {label}:\n{tables[label]}", flush=True)
+    model.set_decoder_dtype(original[0])
+    model.set_compiled(original[1], engine.options.compile_mode or None)
+    return tables
 
 
 # ---------------------------------------------------------------------------------------------- 3. ramp
@@ -289,7 +338,15 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="bfloat16", help="decoder dtype for single + ramp (float32, bfloat16)")
-    p.add_argument("--batch-dtypes", default="float32,bfloat16")
+    p.add_argument("--batch-dtypes", default="float32,bfloat16", help="eager rows of the batch table")
+    p.add_argument("--batch-compiled-dtypes", default="bfloat16",
+                   help="torch.compile rows of the batch table, beside the eager ones ('' for none)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                   help="KokoroOptions.compile for the engine (single + ramp): fused AdaIN/Snake steps compiled")
+    p.add_argument("--profile-batch", type=int, default=128,
+                   help="after the batch table: torch.profiler top kernels of one call of this batch, per compiled "
+                        "and eager mode of the first compiled dtype (0: off)")
+    p.add_argument("--compile-mode", default="", help="torch.compile mode ('' = default)")
     p.add_argument("--batch-sizes", default="1,8,32,64,128")
     p.add_argument("--batch-iters", type=int, default=3)
     p.add_argument("--max-batch", type=int, default=64)
@@ -329,10 +386,12 @@ def main() -> None:
 
     t0 = time.perf_counter()
     engine = KokoroEngine(KokoroOptions(device=args.device, dtype=args.dtype, max_batch=args.max_batch, g2p=g2p,
-                                        tiny=args.tiny, warmup=True, urgent_s=args.urgent_s))
+                                        tiny=args.tiny, warmup=True, urgent_s=args.urgent_s,
+                                        compile=args.compile, compile_mode=args.compile_mode))
     setup_s = time.perf_counter() - t0
-    print(f"engine on {engine.device} ({engine.decoder_dtype}) in {setup_s:.1f} s; memory {engine.memory.as_dict()}",
-          flush=True)
+    print(f"engine on {engine.device} ({engine.decoder_dtype}, {'compiled' if args.compile else 'eager'}) in "
+          f"{setup_s:.1f} s (warm-up {engine.memory.warmup_s:.1f} s, {compiled_graphs()} compiled graphs); memory "
+          f"{engine.memory.as_dict()}", flush=True)
     result: dict[str, Any] = {
         "environment": environment(),
         "config": {k: v for k, v in vars(args).items() if k != "out"},
@@ -341,7 +400,9 @@ def main() -> None:
                                                       "not speech)",
                    "weights": "random (real Kokoro-82M architecture)" if not args.tiny else "random, tiny config",
                    "parameters": sum(p.numel() for p in engine.model.parameters()),
-                   "max_batch": args.max_batch, "setup_s": round(setup_s, 1), "memory": engine.memory.as_dict()},
+                   "max_batch": args.max_batch, "compiled": args.compile,
+                   "setup_s": round(setup_s, 1), "warmup_s": engine.memory.warmup_s,
+                   "compiled_graphs_after_warmup": compiled_graphs(), "memory": engine.memory.as_dict()},
     }
 
     out = Path(args.out)
@@ -350,6 +411,7 @@ def main() -> None:
     def save() -> None:  # after every phase and level: a run cut short keeps what it measured
         ok = [r["streams"] for r in result.get("ramp", []) if r["ok"]]
         result["max_streams_ok"] = max(ok) if ok else 0
+        result["compiled_graphs"] = compiled_graphs()
         out.write_text(json.dumps(result, indent=2, default=str) + "\n")
 
     try:
@@ -362,17 +424,31 @@ def main() -> None:
         if "batches" not in skip:
             print("batches:", flush=True)
             sizes = [int(x) for x in args.batch_sizes.split(",") if x]
-            dtypes = [d for d in args.batch_dtypes.split(",") if d and (engine.device.type == "cuda" or d == "float32")]
-            result["batches"] = batch_sweep(engine, sizes, dtypes, args.batch_iters)
+            usable = lambda d: d and (engine.device.type == "cuda" or d == "float32")  # noqa: E731
+            modes = [(d, False) for d in args.batch_dtypes.split(",") if usable(d)]
+            modes += [(d, True) for d in args.batch_compiled_dtypes.split(",") if usable(d)]
+            t_b = time.perf_counter()
+            result["batches"] = batch_sweep(engine, sizes, modes, args.batch_iters)
+            print(f"  batch table: {time.perf_counter() - t_b:.1f} s", flush=True)
+            save()
+            compiled_dtypes = [d for d, c in modes if c]
+            if args.profile_batch > 0 and compiled_dtypes:
+                t_p = time.perf_counter()
+                result["profile"] = profile_batch(engine, args.profile_batch,
+                                                  [(compiled_dtypes[0], False), (compiled_dtypes[0], True)])
+                print(f"  profiles: {time.perf_counter() - t_p:.1f} s", flush=True)
             save()
         if "ramp" not in skip:
             print("ramp:", flush=True)
             result["ramp"] = []
+            graphs = compiled_graphs()
             asyncio.run(ramp(engine, [int(x) for x in args.levels.split(",") if x], args, result["ramp"], save))
+            print(f"  graphs compiled during the ramp: {compiled_graphs() - graphs}", flush=True)
     finally:
         engine.close()
         save()
-        print(f"wrote {out}; max streams with p1 reply ratio >= 1.2: {result.get('max_streams_ok')}", flush=True)
+        print(f"wrote {out}; max streams with p1 reply ratio >= 1.2: {result.get('max_streams_ok')}; "
+              f"{compiled_graphs()} compiled graphs in all; {time.perf_counter() - t0:.0f} s in all", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tts.kokoro.config import SAMPLE_RATE
+from tts.kokoro.fused import EAGER_KERNELS, Kernels
 from tts.kokoro.layers import (
     AdainResBlk1d,
     AdaINResBlock1,
@@ -62,6 +63,8 @@ class SourceModule(nn.Module):
 
 
 class Generator(nn.Module):
+    kernels: Kernels = EAGER_KERNELS  # the fused glue between resblocks (tts.kokoro.fused)
+
     def __init__(self, style_dim: int, resblock_kernel_sizes: list[int], upsample_rates: list[int],
                  upsample_initial_channel: int, resblock_dilation_sizes: list[list[int]],
                  upsample_kernel_sizes: list[int], gen_istft_n_fft: int, gen_istft_hop_size: int):
@@ -118,20 +121,22 @@ class Generator(nn.Module):
             spans.append(Span.of([n + 1 for n in frames] if last else frames,
                                  x.shape[-1] * math.prod(self.upsample_rates[: i + 1]) + (1 if last else 0), dev,
                                  dtype))
+        k = self.kernels
+        x = F.leaky_relu(x, 0.1)
         for i in range(self.num_upsamples):
             sp = spans[i]
-            x = F.leaky_relu(x, 0.1)
-            x_source = self.noise_res[i](self.noise_convs[i](har) * sp.mask, s, sp)
+            last = i == self.num_upsamples - 1
+            z_source, x_source = self.noise_res[i].parts(self.noise_convs[i](har) * sp.mask, s, sp)
             x = self.ups[i](x)
-            if i == self.num_upsamples - 1:
+            if last:
                 x = F.pad(x, (1, 0), mode="reflect")
-            x = (x + x_source) * sp.mask
-            xs = None
+            x = k.add_source(x, z_source, x_source, sp.mask)
+            parts: list[torch.Tensor] = []
             for j in range(self.num_kernels):
-                y = self.resblocks[i * self.num_kernels + j](x, s, sp)
-                xs = y if xs is None else xs + y
-            x = xs / self.num_kernels  # type: ignore[operator]
-        x = self.conv_post(F.leaky_relu(x) * spans[-1].mask).to(work)
+                parts.extend(self.resblocks[i * self.num_kernels + j].parts(x, s, sp))
+            # the resblocks' average, then the next stage's leaky_relu(0.1) (conv_post's default 0.01 + mask)
+            x = k.mean_leaky(sp.mask, 0.01 if last else 0.1, *parts)
+        x = self.conv_post(x).to(work)
         half = self.n_fft // 2 + 1
         spec, phase = torch.exp(x[:, :half]), torch.sin(x[:, half:])
         return _istft(spec, phase, spec_frames, self.n_fft, self.hop), lengths

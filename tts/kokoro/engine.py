@@ -55,6 +55,7 @@ class MemoryReport:
     reserved_bytes: int | None = None  # CUDA: the caching allocator's reservation after warm-up
     warmup_batch: int = 0
     warmup_audio_s: float = 0.0
+    warmup_s: float = 0.0  # wall time of the warm-up (torch.compile's graph builds included when compiled)
 
     @property
     def required_bytes(self) -> int:
@@ -115,6 +116,8 @@ class KokoroEngine:
         self.model = model.to(self.device)
         if self.decoder_dtype != torch.float32:
             self.model.set_decoder_dtype(self.decoder_dtype)
+        if opts.compile:
+            self.model.set_compiled(True, opts.compile_mode or None)
         self.g2p = make_g2p(opts.g2p, opts.language)
         self.batcher = SynthesisBatcher(self.model, opts.max_batch, opts.max_batch_phonemes, opts.frame_bucket,
                                         urgent_s=opts.urgent_s if opts.urgent_s >= 0 else None)
@@ -193,6 +196,7 @@ class KokoroEngine:
         n = batch or (self.options.max_batch if cuda else 1)
         units = list(self.utterances(text or self.options.warmup_text)) or [self.utterance([16])]
         longest = max(units, key=lambda u: len(u.ids))
+        t0 = time.perf_counter()
         if cuda:
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -201,7 +205,8 @@ class KokoroEngine:
         with self.batcher.held():
             requests = [self.batcher.submit_future(self.utterance(longest.ids, seed=i)) for i in range(n)]
         audio_s = sum(len(r.future.result()) for r in requests) / self.sample_rate
-        report = MemoryReport(str(self.device), self.model.parameter_bytes(), warmup_batch=n, warmup_audio_s=audio_s)
+        report = MemoryReport(str(self.device), self.model.parameter_bytes(), warmup_batch=n, warmup_audio_s=audio_s,
+                              warmup_s=round(time.perf_counter() - t0, 2))
         if cuda:
             torch.cuda.synchronize(self.device)
             report.peak_bytes = int(torch.cuda.max_memory_allocated(self.device) - before)

@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tts.kokoro.fused import EAGER_KERNELS, Kernels
+
 WN_FLAG = "_kokoro_weight_norm"
 _INV_SQRT2 = float(torch.rsqrt(torch.tensor(2.0)))  # Kokoro's torch.rsqrt(torch.tensor(2))
 
@@ -91,25 +93,27 @@ class AdaLayerNorm(nn.Module):
 
 
 class AdaIN1d(nn.Module):
-    """Style-conditioned instance norm; ``norm`` keeps InstanceNorm1d's (affine) parameter names."""
+    """Style-conditioned instance norm; ``norm`` keeps InstanceNorm1d's (affine) parameter names.
+
+    The arithmetic lives in :mod:`tts.kokoro.fused` (``kernels``: eager, or compiled by
+    ``KokoroModel.set_compiled``); :meth:`args` packs this module's share of a fused call.
+    """
+
+    kernels: Kernels = EAGER_KERNELS
 
     def __init__(self, style_dim: int, num_features: int):
         super().__init__()
         self.norm = nn.InstanceNorm1d(num_features, affine=True)
         self.fc = nn.Linear(style_dim, num_features * 2)
 
+    def args(self, s: torch.Tensor, span: Span) -> tuple:
+        """``(s, fc weight, fc bias, norm weight, norm bias, mask, count, eps)`` for the fused functions."""
+        return (s, self.fc.weight, self.fc.bias, self.norm.weight, self.norm.bias, span.mask, span.count,
+                float(self.norm.eps))
+
     def forward(self, x: torch.Tensor, s: torch.Tensor, span: Span) -> torch.Tensor:
         """``(1 + gamma) * (norm(x) * w + b) + beta``, the affine parts folded into one scale and shift."""
-        gamma, beta = self.fc(s)[:, :, None].chunk(2, dim=1)
-        work = torch.promote_types(x.dtype, torch.float32)
-        xf, m = x.to(work), span.mask.to(work)
-        mean = (xf * m).sum(-1, keepdim=True) / span.count
-        centered = (xf - mean) * m
-        var = centered.square().sum(-1, keepdim=True) / span.count
-        g1 = (1 + gamma).to(work)
-        scale = torch.rsqrt(var + self.norm.eps) * (g1 * self.norm.weight.to(work)[:, None])
-        shift = g1 * self.norm.bias.to(work)[:, None] + beta.to(work)
-        return torch.addcmul(shift, centered, scale).to(x.dtype)
+        return self.kernels.adain(x, *self.args(s, span))
 
 
 def _conv(c_in: int, c_out: int, k: int, **kw) -> nn.Conv1d:
@@ -118,6 +122,8 @@ def _conv(c_in: int, c_out: int, k: int, **kw) -> nn.Conv1d:
 
 class AdainResBlk1d(nn.Module):
     """StyleTTS2's AdaIN residual block; ``upsample`` doubles the frames (nearest + depthwise transpose)."""
+
+    kernels: Kernels = EAGER_KERNELS
 
     def __init__(self, dim_in: int, dim_out: int, style_dim: int = 64, upsample: bool = False):
         super().__init__()
@@ -139,12 +145,15 @@ class AdainResBlk1d(nn.Module):
 
     def forward(self, x: torch.Tensor, s: torch.Tensor, span_in: Span, span_out: Span) -> torch.Tensor:
         """``span_out`` is ``span_in`` unless the block upsamples (then twice the lengths)."""
-        m_in, m_out = span_in.mask, span_out.mask
-        r = F.leaky_relu(self.norm1(x, s, span_in), 0.2) * m_in
+        m_out = span_out.mask
+        k = self.kernels
+        if k.compiled:  # the prosody's LSTM outputs come transposed: one compiled layout, not two
+            x = x.contiguous()
+        r = k.adain_leaky(x, *self.norm1.args(s, span_in), 0.2)
         if self.upsamples:
             r = self.pool(r) * m_out
         r = self.conv1(r)
-        r = F.leaky_relu(self.norm2(r, s, span_out), 0.2) * m_out
+        r = k.adain_leaky(r, *self.norm2.args(s, span_out), 0.2)
         r = self.conv2(r)
         sc = F.interpolate(x, scale_factor=2, mode="nearest") if self.upsamples else x
         if self.learned_sc:
@@ -154,6 +163,8 @@ class AdainResBlk1d(nn.Module):
 
 class AdaINResBlock1(nn.Module):
     """HiFi-GAN resblock with AdaIN and Snake activations (the ISTFTNet generator's)."""
+
+    kernels: Kernels = EAGER_KERNELS
 
     def __init__(self, channels: int, kernel_size: int = 3, dilation: tuple[int, ...] = (1, 3, 5),
                  style_dim: int = 64):
@@ -168,15 +179,25 @@ class AdaINResBlock1(nn.Module):
         self.alpha2 = nn.ParameterList(nn.Parameter(torch.ones(1, channels, 1)) for _ in dilation)
 
     def forward(self, x: torch.Tensor, s: torch.Tensor, span: Span) -> torch.Tensor:
-        m = span.mask
+        z, x = self.parts(x, s, span)
+        return z * span.mask + x
+
+    def parts(self, x: torch.Tensor, s: torch.Tensor, span: Span) -> tuple[torch.Tensor, torch.Tensor]:
+        """The output as ``(z, x)`` with output ``z * mask + x``, so the caller can fuse that add into its next step.
+
+        Three dilated steps; each step's residual add is fused into the next step's first AdaIN + Snake.
+        """
+        k = self.kernels
+        z: torch.Tensor | None = None  # the previous step's conv2 output, not yet added to x
         for c1, c2, n1, n2, a1, a2 in zip(self.convs1, self.convs2, self.adain1, self.adain2, self.alpha1,
                                           self.alpha2, strict=True):
-            xt = n1(x, s, span)
-            xt = (xt + (1 / a1) * torch.sin(a1 * xt) ** 2) * m
-            xt = n2(c1(xt), s, span)
-            xt = (xt + (1 / a2) * torch.sin(a2 * xt) ** 2) * m
-            x = c2(xt) * m + x
-        return x
+            if z is None:
+                xt = k.adain_snake(x, *n1.args(s, span), a1)
+            else:
+                x, xt = k.residual_adain_snake(z, x, *n1.args(s, span), a1)
+            xt = k.adain_snake(c1(xt), *n2.args(s, span), a2)
+            z = c2(xt)
+        return z, x  # type: ignore[return-value]
 
 
 def packed_lstm(lstm: nn.LSTM, x: torch.Tensor, lengths: list[int]) -> torch.Tensor:

@@ -21,8 +21,9 @@ from torch import nn
 
 from tts.kokoro import config as kconfig
 from tts.kokoro.albert import Albert
-from tts.kokoro.decoder import Decoder
-from tts.kokoro.layers import Span
+from tts.kokoro.decoder import Decoder, Generator
+from tts.kokoro.fused import EAGER_KERNELS, Kernels
+from tts.kokoro.layers import AdaIN1d, AdainResBlk1d, AdaINResBlock1, Span
 from tts.kokoro.prosody import ProsodyPredictor, TextEncoder
 
 PARTS = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
@@ -61,6 +62,8 @@ class KokoroModel(nn.Module):
                                         depth=int(cfg["n_layer"]), n_symbols=int(cfg["n_token"]))
         self.decoder = Decoder(dim_in=hidden, style_dim=style, istftnet=cfg["istftnet"],
                                decoder_dim=int(cfg["decoder_dim"]), asr_res_dim=int(cfg["asr_res_dim"]))
+        self._kernels: Kernels = EAGER_KERNELS
+        self._compiled_kernels: Kernels | None = None
         self.eval()
 
     # ------------------------------------------------------------------ properties
@@ -89,6 +92,25 @@ class KokoroModel(nn.Module):
     def set_decoder_dtype(self, dtype: torch.dtype) -> KokoroModel:
         """Run the decoder in ``dtype`` (its weights are cast); the text side keeps its precision."""
         self.decoder.to(dtype)
+        return self
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the fused AdaIN/Snake steps run as ``torch.compile`` builds (:meth:`set_compiled`)."""
+        return self._kernels.compiled
+
+    def set_compiled(self, on: bool, mode: str | None = None) -> KokoroModel:
+        """Run the fused AdaIN/Snake steps (:mod:`tts.kokoro.fused`) compiled or eagerly.
+
+        The compiled build is made once per model and kept, so switching back and forth (the bench's
+        side-by-side rows) compiles nothing twice; graphs are built on first use of a shape class.
+        """
+        if on and self._compiled_kernels is None:
+            self._compiled_kernels = Kernels(compiled=True, mode=mode)
+        self._kernels = self._compiled_kernels if on else EAGER_KERNELS  # type: ignore[assignment]
+        for module in self.modules():
+            if isinstance(module, AdaIN1d | AdainResBlk1d | AdaINResBlock1 | Generator):
+                module.kernels = self._kernels
         return self
 
     def parameter_bytes(self) -> int:
@@ -140,7 +162,10 @@ class KokoroModel(nn.Module):
         ids_t = torch.from_numpy(ids).to(dev, non_blocking=True)
         tokens = Span.of(lengths, t, dev, text_dtype)
         ref = torch.stack([it.style.reshape(-1) for it in items]).to(dev, text_dtype, non_blocking=True)
-        s_dec, s_pro = ref[:, : self.style_dim], ref[:, self.style_dim:]
+        # dense copies: a view's offset or row stride would be one more compiled-graph variant (tts/kokoro/fused.py)
+        dense = torch.contiguous_format
+        s_dec = ref[:, : self.style_dim].clone(memory_format=dense)
+        s_pro = ref[:, self.style_dim:].clone(memory_format=dense)
         speed = torch.tensor([it.speed for it in items], dtype=text_dtype).to(dev, non_blocking=True)
 
         valid = None if all(n == t for n in lengths) else tokens.mask[:, 0, :] > 0

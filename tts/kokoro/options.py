@@ -35,3 +35,8 @@ class KokoroOptions:
     warmup: bool = True  # run one full batch at start (CUDA: measures the peak memory the plan checks)
     warmup_text: str = "Thanks for calling, I can help you with that right away."
     cudnn_benchmark: bool = False
+    # torch.compile (dynamic shapes) of the decoder's fused AdaIN/Snake/mask steps (tts/kokoro/fused.py):
+    # same output within float rounding; graphs are built during warm-up (seconds each). Off until the
+    # H200 run with bench/tts_gpu.py's side-by-side rows confirms the gain (CPU: correct but slow to build).
+    compile: bool = False
+    compile_mode: str = ""  # torch.compile mode: "" (default) | max-autotune-no-cudagraphs | ...
