@@ -10,11 +10,10 @@ import asyncio
 from dataclasses import dataclass, field
 
 import numpy as np
-from pipecat.workers.runner import WorkerRunner
 
 from agent.pipeline import Engines, build_worker
 from agent.turn_observer import TurnObserver, TurnTiming
-from transports.file_transport import CallScript, FileTransport
+from transports.file_transport import CallScript, FileTransport, run_until_script_done
 from transports.params import transport_params
 
 
@@ -57,19 +56,7 @@ async def talk(engines: Engines, utterances: list[np.ndarray], *, settle_s: floa
 
     observer = TurnObserver(on_turn=on_turn)
     worker = build_worker(engines, transport, observers=[observer])
-    runner = WorkerRunner(handle_sigint=False, check_dangling_tasks=False)
-    await runner.add_workers(worker)
-
-    async def stop_when_finished() -> None:
-        await script.finished.wait()
-        await asyncio.sleep(0.2)
-        await worker.cancel(reason="script finished")
-
-    stopper = asyncio.create_task(stop_when_finished())
-    try:
-        await runner.run()
-    finally:
-        stopper.cancel()
+    await run_until_script_done(worker, script)
 
     out = transport.output()
     result = TalkResult(out_sample_rate=cfg.audio.out_sample_rate, timings=observer.turns)

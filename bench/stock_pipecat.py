@@ -17,9 +17,8 @@ from typing import Any
 import numpy as np
 from pipecat.frames.frames import BotStoppedSpeakingFrame, LLMTextFrame, TranscriptionFrame
 from pipecat.observers.base_observer import BaseObserver, FramePushed
-from pipecat.workers.runner import WorkerRunner
 
-from transports.file_transport import CallScript, FileTransport
+from transports.file_transport import CallScript, FileTransport, run_until_script_done
 from transports.webrtc import transport_params
 
 
@@ -96,19 +95,7 @@ async def stock_turn(utterance: np.ndarray, llm_url: str, llm_model: str, *, sys
     worker = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=in_rate, audio_out_sample_rate=out_rate),
                             observers=[_TurnWatcher(script, turn, settle_s)], enable_rtvi=False,
                             idle_timeout_secs=None)
-    runner = WorkerRunner(handle_sigint=False, check_dangling_tasks=False)
-    await runner.add_workers(worker)
-
-    async def stop_when_finished() -> None:
-        await script.finished.wait()
-        await asyncio.sleep(0.2)
-        await worker.cancel(reason="script finished")
-
-    stopper = asyncio.create_task(stop_when_finished())
-    try:
-        await runner.run()
-    finally:
-        stopper.cancel()
+    await run_until_script_done(worker, script)
     turn.speech_end = script.speech_end_times[0] if script.speech_end_times else None
     turn.chunks = list(transport.output().chunks)
     return turn

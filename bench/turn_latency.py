@@ -41,7 +41,7 @@ from agent.turn_observer import TurnObserver, TurnTiming  # noqa: E402
 from bench.stock_pipecat import stock_turn  # noqa: E402
 from testkit.corpus import prompts, wer  # noqa: E402
 from transports.audio_io import load_audio  # noqa: E402
-from transports.file_transport import CallScript, FileTransport  # noqa: E402
+from transports.file_transport import CallScript, FileTransport, run_until_script_done  # noqa: E402
 from transports.webrtc import transport_params  # noqa: E402
 
 RATE = 16000
@@ -87,7 +87,6 @@ class Turn:
 async def cadence_turn(engines: Engines, utterance: np.ndarray, max_wait_s: float = 15.0,
                        settle_s: float = 0.5) -> Turn:
     """One turn through Cadence's own pipeline (``agent.pipeline.build_worker``), as ``cadence talk``."""
-    from pipecat.workers.runner import WorkerRunner
 
     cfg = engines.config
     script = CallScript([utterance], max_wait_s=max_wait_s)
@@ -95,19 +94,7 @@ async def cadence_turn(engines: Engines, utterance: np.ndarray, max_wait_s: floa
     loop = asyncio.get_running_loop()
     observer = TurnObserver(on_turn=lambda _t: loop.call_later(settle_s, script.turn_done.set))
     worker = build_worker(engines, transport, observers=[observer])
-    runner = WorkerRunner(handle_sigint=False, check_dangling_tasks=False)
-    await runner.add_workers(worker)
-
-    async def stop_when_finished() -> None:
-        await script.finished.wait()
-        await asyncio.sleep(0.2)
-        await worker.cancel(reason="script finished")
-
-    stopper = asyncio.create_task(stop_when_finished())
-    try:
-        await runner.run()
-    finally:
-        stopper.cancel()
+    await run_until_script_done(worker, script)
     eos = script.speech_end_times[0] if script.speech_end_times else None
     timing: TurnTiming | None = observer.turns[-1] if observer.turns else None
     stages = timing.stages_ms(end_of_speech=eos) if timing and eos is not None else {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from pipecat.frames.frames import InputAudioRawFrame, OutputAudioRawFrame, StartFrame
@@ -136,3 +137,22 @@ class FileTransport(BaseTransport):
 
     def output(self) -> FileOutputTransport:
         return self._output
+
+
+async def run_until_script_done(worker: Any, script: CallScript, linger_s: float = 0.2) -> None:
+    """Run one pipecat ``PipelineWorker`` until ``script`` has played out (plus ``linger_s``), then cancel it."""
+    from pipecat.workers.runner import WorkerRunner
+
+    runner = WorkerRunner(handle_sigint=False, check_dangling_tasks=False)
+    await runner.add_workers(worker)
+
+    async def stop_when_finished() -> None:
+        await script.finished.wait()
+        await asyncio.sleep(linger_s)
+        await worker.cancel(reason="script finished")
+
+    stopper = asyncio.create_task(stop_when_finished())
+    try:
+        await runner.run()
+    finally:
+        stopper.cancel()
