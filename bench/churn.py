@@ -26,6 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from testkit.churn import ChurnResult, churn  # noqa: E402, F401
 
 
+def _commit() -> str:
+    import subprocess
+
+    run = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
+                         cwd=Path(__file__).resolve().parent)
+    return os.environ.get("CADENCE_COMMIT") or run.stdout.strip() or "unknown"
+
+
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     from aiohttp import web
 
@@ -54,7 +62,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     summary = {"cycles": result.cycles, "warmup": result.warmup, "failures": result.failures[:20],
                "failure_count": len(result.failures), "fd_drift": fds, "thread_drift": threads,
                "rss_growth_kib_per_cycle": round(result.growth_kib_per_cycle(), 2),
-               "points": [asdict(p) for p in result.points], "cpu_count": os.cpu_count()}
+               "points": [asdict(p) for p in result.points], "cpu_count": os.cpu_count(),
+               "commit": _commit(), "command": " ".join(sys.argv)}
     print(f"after warm-up ({result.warmup} cycles): fds {fds:+d}, threads {threads:+d}, "
           f"RSS {summary['rss_growth_kib_per_cycle']:+.1f} KiB/cycle; {len(result.failures)} failures")
     return summary
