@@ -250,6 +250,10 @@ class CadenceServer:
 
     async def ready(self, _request: web.Request) -> web.Response:
         assert self.gate is not None
+        if self.stop_event is not None and self.stop_event.is_set():
+            body = {"ready": False, "reason": "shutting down", "active": self.gate.active,
+                    "capacity": self.gate.capacity}
+            return web.json_response(body, status=503)
         if self.llm_server is not None and not self.llm_server.up:
             body = {"ready": False, "reason": "the LLM server is down (restarting)", "active": self.gate.active,
                     "capacity": self.gate.capacity}

@@ -80,6 +80,9 @@ def test_sigterm_says_goodbye_then_stops_cadence_serve_and_every_child():
         await asyncio.sleep(1.0)  # the call is up and streaming
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.5)  # the goodbye is playing: load balancers must stop sending calls
+        async with aiohttp.ClientSession() as http, http.get(srv["url"] + "/ready") as r:
+            assert (r.status, (await r.json())["reason"]) == (503, "shutting down")
         await caller.wait_closed(15.0)
         closed_at = time.monotonic()
         code = await asyncio.to_thread(proc.wait, 20)
