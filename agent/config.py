@@ -41,8 +41,10 @@ class ServerConfig:
     # "host:port": also serve /metrics, /health and /ready there, without the key (for scrapers and
     # probes on a private interface). Empty: only the main listener.
     metrics_listen: str = ""
-    # Shutdown (SIGTERM/SIGINT): calls are closed, then everything is torn down within this.
+    # Shutdown (SIGTERM/SIGINT): calls are told ``goodbye``, closed, then everything is torn down within this.
     shutdown_timeout_s: float = 5.0
+    # Spoken to every live call at shutdown (an answer in progress is interrupted first); empty: none.
+    goodbye: str = "Sorry, I have to hang up now. Goodbye."
 
 
 @dataclass

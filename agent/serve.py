@@ -5,7 +5,8 @@ listening. Every caller gets a fresh pipeline on the shared engines, behind the 
 with the session limits of ``[session]`` (connect timeout, idle, maximum duration). Every route
 is behind ``agent.security`` (API key, Origin allow-list). A managed LLM server is supervised
 (restarted when it dies; ``/ready`` is 503 meanwhile). SIGTERM and SIGINT both run the same clean
-shutdown: calls closed, children stopped, all within ``server.shutdown_timeout_s``.
+shutdown: every live call hears ``server.goodbye``, calls closed, children stopped, all within
+``server.shutdown_timeout_s``.
 """
 
 from __future__ import annotations
@@ -26,12 +27,18 @@ from loguru import logger
 
 from agent.admission import AdmissionGate
 from agent.config import Config
+from agent.goodbye import say_goodbye
 from agent.llm_server import ManagedLLMServer, embedded_llama_server
 from agent.pipeline import Engines
 from agent.runtime import freeze_gc_heap
 from agent.security import middleware
 from agent.session import SessionLimits, SessionWatch, run_session
 from agent.turn_observer import TurnObserver
+
+# Of the shutdown budget, what the goodbyes leave for closing calls and stopping children.
+CLOSE_RESERVE_S = 1.0
+# After the goodbye's audio is sent, the far end may still hold a little of it (the phone line's lead).
+GOODBYE_TAIL_S = 0.2
 
 # Extensions (metrics, phone transport, ...) register routes and observers through hooks.
 RouteHook = Callable[[web.Application, "CadenceServer"], None]
@@ -167,6 +174,22 @@ class CadenceServer:
         finally:
             self.live.pop(session_id, None)
 
+    async def say_goodbyes(self) -> None:
+        """Shutdown: every live call hears ``server.goodbye``, all at once, within the shutdown budget
+        less ``CLOSE_RESERVE_S``; the calls are closed afterwards."""
+        text = self.config.server.goodbye.strip()
+        workers = {sid: w.worker for sid, w in list(self.live.items()) if w.worker is not None}
+        if not text or not workers:
+            return
+        budget = max(0.0, self.config.server.shutdown_timeout_s - CLOSE_RESERVE_S)
+        t0 = time.monotonic()
+        said = await asyncio.gather(*(say_goodbye(worker, text, budget - GOODBYE_TAIL_S, f"session {sid}")
+                                      for sid, worker in workers.items()))
+        if any(said):
+            await asyncio.sleep(min(GOODBYE_TAIL_S, max(0.0, budget - (time.monotonic() - t0))))
+        logger.info(f"shutdown: goodbye said on {sum(said)} of {len(said)} calls "
+                    f"in {time.monotonic() - t0:.1f} s")
+
     def running_sessions(self) -> int:
         """Sessions whose caller audio is flowing now (the overload judgement counts only these)."""
         now = time.monotonic()
@@ -227,6 +250,10 @@ class CadenceServer:
 
     async def ready(self, _request: web.Request) -> web.Response:
         assert self.gate is not None
+        if self.stop_event is not None and self.stop_event.is_set():
+            body = {"ready": False, "reason": "shutting down", "active": self.gate.active,
+                    "capacity": self.gate.capacity}
+            return web.json_response(body, status=503)
         if self.llm_server is not None and not self.llm_server.up:
             body = {"ready": False, "reason": "the LLM server is down (restarting)", "active": self.gate.active,
                     "capacity": self.gate.capacity}
@@ -279,7 +306,8 @@ class CadenceServer:
                 ready.set()
             if not self.stop_event.is_set():
                 await self.stop_event.wait()
-            logger.info("shutting down: closing calls and stopping children")
+            logger.info("shutting down: goodbyes, then closing calls and stopping children")
+            await self.say_goodbyes()
         finally:
             for sig in handled:
                 loop.remove_signal_handler(sig)

@@ -36,13 +36,14 @@ class SessionLimits:
 
 
 class SessionWatch(BaseObserver):
-    """Notes when caller audio last entered the pipeline."""
+    """Notes when caller audio last entered the pipeline; holds the session's worker (for a goodbye)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.started = time.monotonic()
         self.last_input = self.started
         self.ended_by: str | None = None
+        self.worker: Any = None  # the caller's PipelineWorker once built
 
     async def on_push_frame(self, data: FramePushed) -> None:
         if isinstance(data.frame, InputAudioRawFrame):
@@ -91,6 +92,7 @@ async def run_session(
     watch = watch or SessionWatch()
     worker = build_worker(engines, transport, observers=[watch, *observers], pre_stages=pre_stages,
                           audio_out_sample_rate=audio_out_sample_rate)
+    watch.worker = worker
 
     @transport.event_handler("on_client_disconnected")
     async def _on_disconnected(_transport: Any, _client: Any = None) -> None:

@@ -71,30 +71,40 @@ def _children(pid: int) -> list[psutil.Process]:
         return []
 
 
-def test_sigterm_stops_cadence_serve_and_every_child():
+def test_sigterm_says_goodbye_then_stops_cadence_serve_and_every_child():
     from transports.phone.loopback_caller import LoopbackCaller
 
-    async def sigterm_mid_call(srv: dict) -> tuple[int, float, int | None]:
+    async def sigterm_mid_call(srv: dict) -> tuple[int, float, LoopbackCaller, float, float]:
         proc = srv["proc"]
         caller = await LoopbackCaller(srv["url"].replace("http://", "ws://") + "/phone/ws").connect()
         await asyncio.sleep(1.0)  # the call is up and streaming
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.5)  # the goodbye is playing: load balancers must stop sending calls
+        async with aiohttp.ClientSession() as http, http.get(srv["url"] + "/ready") as r:
+            assert (r.status, (await r.json())["reason"]) == (503, "shutting down")
+        await caller.wait_closed(15.0)
+        closed_at = time.monotonic()
         code = await asyncio.to_thread(proc.wait, 20)
         took = time.monotonic() - t0
-        await caller.wait_closed(2.0)
         await caller.close()
-        return code, took, caller.close_code
+        return code, took, caller, t0, closed_at
 
     with cadence_serve("vad.turn=silence") as srv:
         children = _children(srv["proc"].pid)
         assert any("llama_cpp.server" in " ".join(c.cmdline()) for c in children), children
-        code, took, close_code = asyncio.run(sigterm_mid_call(srv))
+        code, took, caller, t0, closed_at = asyncio.run(sigterm_mid_call(srv))
     gone, alive = psutil.wait_procs(children, timeout=5)
     assert not alive, f"children outlived cadence serve: {[c.pid for c in alive]}"
     assert code == 0, "".join(srv["log"][-30:])
     assert took < 10.0, f"shutdown took {took:.1f} s"
-    assert close_code == 1001, f"the live call was closed with {close_code}, not 'going away'"
+    assert caller.close_code == 1001, f"the live call was closed with {caller.close_code}, not 'going away'"
+    # The caller said nothing, so the bot said nothing before the signal; after it, the goodbye.
+    assert caller.first_voiced_after(0.0) is not None and caller.first_voiced_after(0.0) >= t0
+    goodbye = caller.audio_between(t0, closed_at)
+    assert len(goodbye) / 2 / 8000 > 1.0, f"only {len(goodbye) / 16000:.2f} s of goodbye audio before the close"
+    ends = [at for at, name in caller.inbound.marks if at >= t0 and name.endswith("-end")]
+    assert ends and ends[-1] < closed_at, "the goodbye was cut off: no end-of-reply mark before the 1001 close"
 
 
 def test_a_sigkilled_parent_leaves_no_llm_orphan():

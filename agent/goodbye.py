@@ -1,0 +1,69 @@
+"""A spoken goodbye for a live call at server shutdown.
+
+The bot is interrupted (an answer in progress is cut: LLM, TTS and the caller's playout), then
+the goodbye is spoken like any bot reply. It counts as said once the output transport has sent
+all of its audio: the bot started speaking after the goodbye entered the pipeline, then stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from loguru import logger
+from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
+    BotStoppedSpeakingFrame,
+    InterruptionFrame,
+    TTSSpeakFrame,
+)
+from pipecat.observers.base_observer import BaseObserver, FramePushed
+
+
+class GoodbyeWatch(BaseObserver):
+    """Sets ``said`` when the bot finished speaking a stretch begun after ``speak`` entered the pipeline."""
+
+    def __init__(self, speak: TTSSpeakFrame) -> None:
+        super().__init__()
+        self._speak = speak
+        self._queued = False  # our speak frame was pushed: earlier speech is behind us
+        self._speaking = False
+        self.said = asyncio.Event()
+
+    async def on_push_frame(self, data: FramePushed) -> None:
+        frame = data.frame
+        if frame is self._speak:
+            self._queued = True
+        elif self._queued and isinstance(frame, BotStartedSpeakingFrame):
+            self._speaking = True
+        elif self._speaking and isinstance(frame, BotStoppedSpeakingFrame):
+            self.said.set()
+
+
+async def say_goodbye(worker: Any, text: str, timeout_s: float, label: str = "") -> bool:
+    """Interrupt the bot, speak ``text`` and wait (at most ``timeout_s``) until its audio is sent.
+
+    ``worker`` is the caller's running ``PipelineWorker``. True when the goodbye went out in time.
+    """
+    if worker.has_finished():
+        return False
+    speak = TTSSpeakFrame(text, append_to_context=False)
+    speak.interruptible = False  # the caller talking over it does not cut it short in the TTS
+    watch = GoodbyeWatch(speak)
+    worker.add_observer(watch)
+    try:
+        await worker.queue_frames([InterruptionFrame(), speak])
+        await asyncio.wait_for(watch.said.wait(), max(0.0, timeout_s))
+        logger.info(f"{label}: goodbye said")
+        return True
+    except TimeoutError:
+        logger.warning(f"{label}: goodbye not finished within {timeout_s:.1f} s; closing anyway")
+        return False
+    except Exception as exc:  # a worker already torn down: nothing to say goodbye on
+        logger.debug(f"{label}: no goodbye: {exc!r}")
+        return False
+    finally:
+        try:
+            await worker.remove_observer(watch)
+        except Exception as exc:
+            logger.debug(f"{label}: remove goodbye observer: {exc!r}")
