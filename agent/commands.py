@@ -49,16 +49,37 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import json
+    import os
+
+    from agent.workers import WORKER_ENV
+
+    if args.worker_index is not None:  # a worker of `--workers N`: the parent's overrides come last
+        args.set = [*args.set, *json.loads(os.environ.get(WORKER_ENV, "[]"))]
     config = effective_config(args)
     if args.host:
         config.server.host = args.host
     if args.port is not None:
         config.server.port = args.port
+    if args.workers is not None:
+        config.server.workers = args.workers
+    if config.server.workers < 1:
+        raise UserError(f"server.workers must be >= 1, got {config.server.workers}")
     from agent.runtime import apply_switch_interval, run
+
+    if config.server.workers > 1 and args.worker_index is None:
+        from agent.workers import WorkerPool
+
+        replay = ([*(["--config", args.config] if args.config else []),
+                   *[a for item in args.set for a in ("--set", item)],
+                   *(["--log-level", args.log_level] if args.log_level else [])])
+        run(WorkerPool(config, replay).serve_forever(), use_uvloop=config.runtime.uvloop)
+        return 0
     from agent.server_factory import make_server
 
     apply_switch_interval(config.runtime.gil_switch_interval_ms, config.asr.engine, config.asr.device)
     server = make_server(config)
+    server.worker_index = args.worker_index
     run(server.serve_forever(), use_uvloop=config.runtime.uvloop)
     return 0
 
@@ -108,6 +129,9 @@ def register(sub: Any) -> None:
     add_config_args(p)
     p.add_argument("--host", help="listen address (default: server.host)")
     p.add_argument("--port", type=int, help="listen port, 0 for any free port (default: server.port)")
+    p.add_argument("--workers", type=int, help="server processes sharing the port (default: server.workers, 1); "
+                                               "see agent/workers.py")
+    p.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # set by the --workers parent
     p.set_defaults(func=friendly(cmd_serve))
 
     p = sub.add_parser("talk", help="one turn through the full cascade from an audio file",

@@ -45,6 +45,12 @@ class ServerConfig:
     shutdown_timeout_s: float = 5.0
     # Spoken to every live call at shutdown (an answer in progress is interrupted first); empty: none.
     goodbye: str = "Sorry, I have to hang up now. Goodbye."
+    # Server processes sharing the port (SO_REUSEPORT; agent.workers). 1: one process, as always.
+    # N > 1: a parent runs the managed LLM server once and N workers, each with its own ASR and
+    # TTS, admission.max_sessions / queue_size / gpu.asr_fraction / gpu.tts_fraction split N ways;
+    # the parent serves the summed /metrics, /health and /ready on metrics_listen (default: the
+    # main port + 1, on server.host).
+    workers: int = 1
 
 
 @dataclass

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import signal
 import sys
@@ -62,14 +63,15 @@ class CadenceServer:
     # Paths whose handlers authenticate their own callers (extensions add to it).
     self_authenticated: set[str] = field(default_factory=set)
     stop_event: asyncio.Event | None = None
+    # Set in a worker of ``cadence serve --workers N`` (agent.workers): the main port is shared with
+    # the other workers (SO_REUSEPORT) and the loopback probe also takes ``POST /metrics/reset``.
+    worker_index: int | None = None
 
-    async def start_engines(self) -> None:
-        """GPU memory plan (refuse to start if it cannot fit) -> LLM server -> engines, each in-process
-        model's peak measured while it loads and warms -> measured memory checked -> GC freeze."""
+    async def start_llm(self) -> tuple[str, str]:
+        """GPU memory plan (refuse to start if it cannot fit) -> the LLM server if Cadence owns it
+        (its first answer checked); returns the LLM's base URL and model."""
         from agent.gpu_memory import (
             COMPONENTS,
-            StagePeaks,
-            apply_in_process_fraction,
             check_llm_server,
             llm_server_kind,
             managed_llm_server,
@@ -102,6 +104,16 @@ class CadenceServer:
                                                     cfg.llm.server_start_timeout_s, log, api_key=cfg.llm.api_key)
             await self.llm_server.astart()
             base_url, model = self.llm_server.base_url, self.llm_server.model_id
+        return base_url, model
+
+    async def start_engines(self) -> None:
+        """``start_llm`` -> engines, each in-process model's peak measured while it loads and warms ->
+        measured memory checked -> GC freeze."""
+        from agent.gpu_memory import StagePeaks, apply_in_process_fraction
+
+        cfg = self.config
+        base_url, model = await self.start_llm()
+        plan = self.memory_plan
         peaks = StagePeaks(plan.device) if plan is not None else None
         if plan is not None:
             apply_in_process_fraction(plan)
@@ -233,7 +245,8 @@ class CadenceServer:
         return app
 
     async def health(self, _request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "sessions": self.gate.active if self.gate else 0})
+        return web.json_response({"status": "ok", "sessions": self.gate.active if self.gate else 0,
+                                  "pid": os.getpid(), "worker": self.worker_index})
 
     def probe_app(self, app: web.Application) -> web.Application:
         """/metrics, /health and /ready without the key, for ``server.metrics_listen``."""
@@ -246,6 +259,9 @@ class CadenceServer:
             info = route.resource.get_info() if route.resource is not None else {}
             if info.get("path") == "/metrics" and route.method == "GET":
                 probe.router.add_get("/metrics", route.handler)
+            # A worker's probe is on loopback for its parent, which fans the reset out.
+            if info.get("path") == "/metrics/reset" and route.method == "POST" and self.worker_index is not None:
+                probe.router.add_post("/metrics/reset", route.handler)
         return probe
 
     async def ready(self, _request: web.Request) -> web.Response:
@@ -288,7 +304,7 @@ class CadenceServer:
             runner = web.AppRunner(app, shutdown_timeout=cfg.server.shutdown_timeout_s)
             runners.append(runner)
             await runner.setup()
-            site = web.TCPSite(runner, cfg.server.host, cfg.server.port)
+            site = web.TCPSite(runner, cfg.server.host, cfg.server.port, reuse_port=self.worker_index is not None)
             await site.start()
             port = runner.addresses[0][1] if runner.addresses else cfg.server.port
             cfg.server.port = port
@@ -299,9 +315,12 @@ class CadenceServer:
                 await probe.setup()
                 await web.TCPSite(probe, host or "127.0.0.1", int(mport)).start()
                 logger.info(f"/metrics, /health and /ready also on http://{cfg.server.metrics_listen}/")
-            logger.info(f"Cadence is listening: open http://{cfg.server.host}:{port}/ and click Talk")
-            print(f"Cadence is ready: open http://{cfg.server.host}:{port}/ in a browser and click Talk",
-                  flush=True)
+            if self.worker_index is not None:  # the parent says when all its workers are ready
+                logger.info(f"worker {self.worker_index} (pid {os.getpid()}) is listening on port {port}")
+            else:
+                logger.info(f"Cadence is listening: open http://{cfg.server.host}:{port}/ and click Talk")
+                print(f"Cadence is ready: open http://{cfg.server.host}:{port}/ in a browser and click Talk",
+                      flush=True)
             if ready is not None:
                 ready.set()
             if not self.stop_event.is_set():

@@ -1,0 +1,100 @@
+"""``cadence serve --workers 2`` on the embedded stack: real worker processes sharing one port.
+
+Phone callers land on both workers (SO_REUSEPORT), the parent's summed ``/metrics`` counts every
+call, a SIGKILLed worker is restarted, and SIGTERM leaves no child (workers, llama.cpp server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+
+import httpx
+import psutil
+
+from agent.llm_server import free_port
+from agent.metrics.scrape import parse_metrics
+from agent.workers import split_budget, worker_overrides
+from testkit.servers import cadence_serve
+
+
+def test_budgets_split_rounded_up_and_gpu_shares_divided():
+    from agent.config import Config
+
+    cfg = Config()
+    cfg.admission.max_sessions, cfg.admission.queue_size = 33, 2
+    cfg.gpu.asr_fraction, cfg.gpu.tts_fraction, cfg.gpu.llm_fraction = 0.08, 0.16, 0.5
+    sets = dict(s.split("=", 1) for s in worker_overrides(cfg, 8, "http://127.0.0.1:1/v1", "m", 4242))
+    assert sets["admission.max_sessions"] == "5" and sets["admission.queue_size"] == "1"
+    assert float(sets["gpu.asr_fraction"]) == 0.01 and float(sets["gpu.tts_fraction"]) == 0.02
+    assert sets["gpu.llm_fraction"] == "0.0" and sets["server.metrics_listen"] == "127.0.0.1:4242"
+    assert split_budget(32, 8) == 4 and split_budget(0, 4) == 0
+
+
+def _health(url: str) -> dict:
+    return httpx.get(f"{url}/health", timeout=10).json()
+
+
+def test_two_workers_share_the_port_sum_metrics_restart_and_stop_cleanly():
+    from transports.phone.loopback_caller import LoopbackCaller
+
+    mport = free_port()
+    murl = f"http://127.0.0.1:{mport}"
+
+    async def calls(url: str) -> tuple[int, list[dict]]:
+        ws = url.replace("http://", "ws://") + "/phone/ws"
+        callers = []
+        try:
+            for _ in range(12):  # until both workers carry a call (each connection hashed to one)
+                callers.append(await LoopbackCaller(ws).connect())
+                await asyncio.sleep(0.5)
+                rows = (await asyncio.to_thread(_health, murl))["workers"]
+                if all((r["sessions"] or 0) > 0 for r in rows):
+                    break
+            return len(callers), rows
+        finally:
+            for c in callers:
+                await c.close()
+
+    with cadence_serve("vad.turn=silence", "server.workers=2", f"server.metrics_listen=127.0.0.1:{mport}",
+                       "admission.max_sessions=16") as srv:
+        parent = psutil.Process(srv["proc"].pid)
+        health = _health(murl)
+        pids = [w["pid"] for w in health["workers"]]
+        assert len(set(pids)) == 2 and all(w["alive"] for w in health["workers"]), health
+        children = parent.children(recursive=True)
+        assert any("llama_cpp.server" in " ".join(c.cmdline()) for c in children), children
+        assert {c.pid for c in children} >= set(pids)
+        ready = httpx.get(f"{murl}/ready", timeout=10).json()
+        assert ready["ready"] and ready["capacity"] == 16, ready  # 8 + 8
+
+        assert httpx.post(f"{murl}/metrics/reset", timeout=10).status_code == 200
+        n, rows = asyncio.run(calls(srv["url"]))
+        assert all((r["sessions"] or 0) > 0 for r in rows), f"{n} callers all landed on one worker: {rows}"
+        text = httpx.get(f"{murl}/metrics", timeout=10).text
+        admitted = [line for line in text.splitlines() if line.startswith("cadence_admissions_total ")]
+        assert admitted and float(admitted[0].split()[1]) == n, (n, admitted)
+        assert re.search(r"^cadence_workers_scraped 2$", text, re.M), text[-400:]
+        assert parse_metrics(text).gauges.get("cadence_sessions_capacity", 16) == 16
+
+        os.kill(pids[0], signal.SIGKILL)  # a worker dies: the parent starts another in its place
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            w0 = _health(murl)["workers"][0]
+            if w0["pid"] != pids[0] and w0["sessions"] is not None:
+                break
+            time.sleep(0.5)
+        assert w0["pid"] != pids[0] and w0["restarts"] == 1 and w0["sessions"] is not None, w0
+
+        children = parent.children(recursive=True)
+        t0 = time.monotonic()
+        srv["proc"].send_signal(signal.SIGTERM)
+        code = srv["proc"].wait(20)
+        took = time.monotonic() - t0
+    gone, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, f"children outlived cadence serve --workers 2: {[c.pid for c in alive]}"
+    assert code == 0, "".join(srv["log"][-30:])
+    assert took < 8.0, f"shutdown took {took:.1f} s"
