@@ -50,7 +50,8 @@ def cmd_capacity(args: argparse.Namespace) -> int:
 
         url = (args.url or f"http://{config.server.host}:{config.server.port}").rstrip("/")
         popts = PhoneRampOptions(url=url, ramp=levels, warmup_s=args.warmup, hold_s=args.hold,
-                                 max_wait_s=args.max_wait, refine=not args.no_refine, all_levels=args.all_levels)
+                                 max_wait_s=args.max_wait, refine=not args.no_refine, all_levels=args.all_levels,
+                                 metrics_url=(args.metrics_url or "").rstrip("/"))
         meta["options"] = vars(popts) | {"ramp": list(levels)}
         title = f"Cadence capacity over the phone line ({url})"
 
@@ -110,15 +111,15 @@ async def _phone_capacity(config: Any, opts: Any, prompts: Path | None, meta: di
 
     try:
         async with httpx.AsyncClient(timeout=10.0) as http:
-            health = (await http.get(f"{opts.url}/health")).json()
-            ready = (await http.get(f"{opts.url}/ready")).json()
+            health = (await http.get(f"{opts.scrape_url}/health")).json()
+            ready = (await http.get(f"{opts.scrape_url}/ready")).json()
     except (httpx.HTTPError, ValueError) as exc:
-        raise UserError(f"no Cadence server at {opts.url} ({exc}); start `cadence serve` first") from None
+        raise UserError(f"no Cadence server at {opts.scrape_url} ({exc}); start `cadence serve` first") from None
     if ready.get("capacity", 0) < max(opts.ramp):
         raise UserError(f"the server admits {ready.get('capacity')} callers, fewer than the largest level "
                         f"{max(opts.ramp)}: start it with --set admission.max_sessions={max(opts.ramp)}")
     corpus = phone_prompts(prompts, Path.home() / ".cache" / "cadence" / "utterances")
-    meta["server"] = {"url": opts.url, "health": health, "ready": ready}
+    meta["server"] = {"url": opts.url, "metrics_url": opts.scrape_url, "health": health, "ready": ready}
     meta["prompts"] = {"count": len(corpus), "source": str(prompts) if prompts else "asterisk + espeak-ng"}
     return await find_phone_capacity(corpus, opts, config.budgets, on_level)
 
@@ -171,6 +172,9 @@ def register(sub: Any) -> None:
                    help="inprocess: callers inside this process on its own engines (default); phone: callers "
                         "over the phone WebSocket of a running `cadence serve` (--url), 8 kHz mu-law both ways")
     p.add_argument("--url", help="phone transport: the server's base URL (default: http://server.host:server.port)")
+    p.add_argument("--metrics-url", help="phone transport: where /metrics, /metrics/reset, /health and /ready are "
+                                         "read (default: --url); for `cadence serve --workers N`: the parent's "
+                                         "summing listener, server.metrics_listen or the main port + 1")
     p.add_argument("--prompts", type=Path, help="phone transport: a prompt pack (.npz of 8 kHz mu-law; default: "
                                                 "the Debian Asterisk prompts and espeak-ng questions)")
     p.add_argument("--all-levels", action="store_true", help="run every level of --levels, past failures too")

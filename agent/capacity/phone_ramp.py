@@ -46,6 +46,13 @@ class PhoneRampOptions:
     refine: bool = True
     all_levels: bool = False  # run every level of the ramp, past failures too
     seed: int = 1
+    # Where /metrics, /metrics/reset, /health and /ready are read; empty: ``url``. With
+    # ``cadence serve --workers N`` it is the parent's summing listener (server.metrics_listen).
+    metrics_url: str = ""
+
+    @property
+    def scrape_url(self) -> str:
+        return (self.metrics_url or self.url).rstrip("/")
 
     @property
     def ws_url(self) -> str:
@@ -204,7 +211,7 @@ async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions,
     async def reset_at_hold(http: httpx.AsyncClient) -> bool:
         await asyncio.sleep(max(0.0, steady_from - time.monotonic()))
         try:
-            (await http.post(f"{opts.url}/metrics/reset")).raise_for_status()
+            (await http.post(f"{opts.scrape_url}/metrics/reset")).raise_for_status()
             return True
         except httpx.HTTPError as exc:
             logger.warning(f"capacity: cannot reset the server's metrics ({exc})")
@@ -217,7 +224,7 @@ async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions,
         # included (callers start no turn after the hold, they only finish the one in flight).
         if await reset:
             try:
-                r = await http.get(f"{opts.url}/metrics")
+                r = await http.get(f"{opts.scrape_url}/metrics")
                 r.raise_for_status()
                 scraped = parse_scrape(r.text)
             except httpx.HTTPError as exc:

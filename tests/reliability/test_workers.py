@@ -98,3 +98,30 @@ def test_two_workers_share_the_port_sum_metrics_restart_and_stop_cleanly():
     assert not alive, f"children outlived cadence serve --workers 2: {[c.pid for c in alive]}"
     assert code == 0, "".join(srv["log"][-30:])
     assert took < 8.0, f"shutdown took {took:.1f} s"
+
+
+def test_cadence_capacity_phone_reads_the_summed_metrics_of_two_workers(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from agent.capacity.corpus import recorded_prompts, write_ulaw_pack
+    from testkit.servers import ROOT
+
+    pack = write_ulaw_pack(tmp_path / "prompts.npz", recorded_prompts()[:20])
+    mport = free_port()
+    with cadence_serve("server.workers=2", f"server.metrics_listen=127.0.0.1:{mport}", "admission.max_sessions=4",
+                       "admission.budget_gate=false", log_path=tmp_path / "serve.log") as srv:
+        out = subprocess.run(
+            [sys.executable, "-m", "agent.cli", "capacity", "--transport", "phone", "--url", srv["url"],
+             "--metrics-url", f"http://127.0.0.1:{mport}", "--prompts", str(pack), "--levels", "2",
+             "--warmup", "2", "--hold", "8", "--max-wait", "20", "--all-levels", "--out-dir", str(tmp_path / "out"),
+             "--write-config", str(tmp_path / "cap.toml")],
+            cwd=ROOT, capture_output=True, text=True, timeout=180)
+    print(out.stdout[-1500:], out.stderr[-1500:])
+    result = json.loads((tmp_path / "out" / "capacity.json").read_text())
+    assert result["server"]["ready"]["capacity"] == 4 and len(result["server"]["health"]["workers"]) == 2
+    level = result["levels"][0]
+    assert level["turns"] >= 2 and level["unanswered"] == 0, level["reasons"]
+    # the windows were reset through the parent at the hold and its summed page read at the end
+    assert level["stage_tails"]["asr_final"] is not None and level["stage_tails"]["first_audio"] is not None
