@@ -10,6 +10,12 @@ server's event-loop lag p50/p99/max (a 50 ms timer, ``/metrics``), and the calle
 (their process shares the machine, so it is reported too).
 
     python bench/phone_idle_lag.py --url http://127.0.0.1:7860 --levels 4,16,32,64 --hold 12 --out lag.json
+
+With ``--workers N`` the bench starts ``cadence serve --workers N`` itself (embedded stack, free ports,
+``admission.max_sessions`` = the largest level, budget gate off), reads the parent's summed ``/metrics``
+(the event-loop lag quantiles are then the worst worker's) and the CPU of every worker process:
+
+    nice python bench/phone_idle_lag.py --workers 2 --levels 16,32 --hold 12 --out lag-w2.json
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -33,17 +40,21 @@ from agent.metrics.scrape import parse_metrics  # noqa: E402
 A_TONE = Prompt.from_pcm8k("unused", (b"\x00\x10" * 160))  # never spoken: callers stay silent
 
 
-def cpu_s(pid: int | None) -> float | None:
-    """CPU seconds (user + system) the server process has used, its threads included."""
-    if pid is None:
+def cpu_s(pids: list[int] | None) -> float | None:
+    """CPU seconds (user + system) the server processes have used, their threads included."""
+    if not pids:
         return None
     import psutil
 
-    t = psutil.Process(pid).cpu_times()
-    return t.user + t.system
+    total = 0.0
+    for pid in pids:
+        t = psutil.Process(pid).cpu_times()
+        total += t.user + t.system
+    return total
 
 
-async def level(url: str, n: int, hold_s: float, pid: int | None = None) -> dict:
+async def level(url: str, n: int, hold_s: float, pids: list[int] | None = None, metrics_url: str = "") -> dict:
+    murl = metrics_url or url
     ws = url.replace("http://", "ws://") + "/phone/ws"
     ticker, stop = Ticker(), asyncio.Event()
     task = asyncio.create_task(ticker.run(stop))
@@ -54,11 +65,11 @@ async def level(url: str, n: int, hold_s: float, pid: int | None = None) -> dict
         ticker.add(c)
     async with httpx.AsyncClient(timeout=30) as http:
         await asyncio.sleep(3.0)  # every pipeline started
-        (await http.post(f"{url}/metrics/reset")).raise_for_status()
-        t0, c0 = time.monotonic(), cpu_s(pid)
+        (await http.post(f"{murl}/metrics/reset")).raise_for_status()
+        t0, c0 = time.monotonic(), cpu_s(pids)
         await asyncio.sleep(hold_s)
-        text = (await http.get(f"{url}/metrics")).text
-        wall, c1 = time.monotonic() - t0, cpu_s(pid)
+        text = (await http.get(f"{murl}/metrics")).text
+        wall, c1 = time.monotonic() - t0, cpu_s(pids)
         ticks0 = ticker.ticks
     row = parse_metrics(text).rows["event_loop_lag"]
     q = row.quantiles or {}
@@ -76,12 +87,32 @@ async def level(url: str, n: int, hold_s: float, pid: int | None = None) -> dict
     return result
 
 
-async def main_async(args: argparse.Namespace) -> list[dict]:
+async def main_async(args: argparse.Namespace, url: str, pids: list[int] | None, metrics_url: str = "") -> list[dict]:
     rows = []
     for n in args.levels:
-        rows.append(await level(args.url, n, args.hold, args.pid))
+        rows.append(await level(url, n, args.hold, pids, metrics_url))
         await asyncio.sleep(2.0)
     return rows
+
+
+def with_workers(args: argparse.Namespace) -> dict:
+    """Start ``cadence serve --workers N`` (1: the plain single process), run the levels, stop it."""
+    from agent.llm_server import free_port
+    from testkit.servers import cadence_serve
+
+    mport = free_port()
+    sets = [f"server.workers={args.workers}", f"admission.max_sessions={max(args.levels)}",
+            "admission.budget_gate=false", *args.set]
+    if args.workers > 1:
+        sets.append(f"server.metrics_listen=127.0.0.1:{mport}")
+    with cadence_serve(*sets, timeout_s=600.0) as srv:
+        if args.workers > 1:
+            murl = f"http://127.0.0.1:{mport}"
+            pids = [w["pid"] for w in httpx.get(f"{murl}/health", timeout=10).json()["workers"]]
+        else:
+            murl, pids = srv["url"], [srv["proc"].pid]
+        rows = asyncio.run(main_async(args, srv["url"], pids, murl))
+    return {"levels": rows, "workers": args.workers, "server_pids": pids, "overrides": sets}
 
 
 def main() -> None:
@@ -90,12 +121,28 @@ def main() -> None:
     parser.add_argument("--levels", default="4,16,32,64")
     parser.add_argument("--hold", type=float, default=12.0)
     parser.add_argument("--pid", type=int, help="the server's pid: report its CPU use (psutil)")
+    parser.add_argument("--metrics-url", default="", help="where /metrics is read (default: --url)")
+    parser.add_argument("--workers", type=int, help="start `cadence serve --workers N` here and measure it")
+    parser.add_argument("--set", action="append", default=[], help="with --workers: a config override")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     args.levels = [int(x) for x in args.levels.split(",")]
-    rows = asyncio.run(main_async(args))
+    if args.workers:
+        out = with_workers(args)
+    else:
+        rows = asyncio.run(main_async(args, args.url, [args.pid] if args.pid else None, args.metrics_url))
+        out = {"levels": rows, "url": args.url}
+    out |= {"command": "python " + " ".join(sys.argv), "commit": _commit(), "cpus": os.cpu_count()}
     if args.out:
-        args.out.write_text(json.dumps({"levels": rows, "url": args.url}, indent=1))
+        args.out.write_text(json.dumps(out, indent=1))
+
+
+def _commit() -> str:
+    import subprocess
+
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parents[1])
+    return r.stdout.strip()
 
 
 if __name__ == "__main__":
