@@ -11,6 +11,7 @@ caller-second) and GIL allow. With ``server.workers = N > 1`` this parent proces
   spreads connections; ``admission.max_sessions`` and ``queue_size`` are split N ways (rounded up),
   ``gpu.asr_fraction`` and ``gpu.tts_fraction`` divided by N (each worker caps its torch allocator
   at its part), ``gpu.llm_fraction`` 0 in the workers (the LLM is the parent's, checked there);
+- gives each worker ``OMP_NUM_THREADS`` = cores / N unless it is set (torch's intra-op pool);
 - restarts a worker that dies (backoff 1 s doubling to 30 s); SIGTERM/SIGINT stop every worker
   (each closes its calls) and the LLM server within ``server.shutdown_timeout_s`` (+ 1 s grace);
 - serves ``/metrics`` (the workers' pages merged, ``agent.metrics.merge``), ``POST /metrics/reset``
@@ -119,6 +120,8 @@ class WorkerPool:
         async with httpx.AsyncClient(timeout=2.0) as http:
             for w in workers:
                 while True:
+                    if self.stop_event is not None and self.stop_event.is_set():
+                        return  # SIGTERM/SIGINT while starting: serve_forever stops everything
                     if not w.alive:
                         code = None if w.proc is None else w.proc.returncode
                         raise RuntimeError(f"worker {w.index} exited with code {code} while starting")
@@ -269,9 +272,13 @@ class WorkerPool:
             self._overrides = {w.index: worker_overrides(cfg, self.n, base_url, model, w.probe_port)
                                for w in self.workers}
             self._env = dict(os.environ, HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"))
+            # N workers each with one intra-op thread per core would oversubscribe the cores N times.
+            self._env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.n)))
             for w in self.workers:
                 self._spawn(w)
             await self._wait_up(self.workers)
+            if self.stop_event.is_set():
+                return
             tasks.append(asyncio.create_task(self.supervise(), name="worker-supervisor"))
             host, _, mport = (cfg.server.metrics_listen or f"{cfg.server.host}:{cfg.server.port + 1}").rpartition(":")
             runner = web.AppRunner(self.make_app(), shutdown_timeout=1.0)
