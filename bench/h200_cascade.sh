@@ -18,7 +18,12 @@
 #     (written after every level), capacity.png, cadence-capacity.toml.
 # $OUT gets at most 7 files: capacity.json, capacity.png, cadence-capacity.toml, llm_alone.json,
 # summary.txt, logs.tar.gz (every log), and nvidia-smi.csv.
-# Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S.
+# Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS.
+# WORKERS=N (default 1: one process, as before) runs `cadence serve --workers N`: one LLM server, N worker
+# processes on port 7860 (SO_REUSEPORT), each with its own Parakeet and Kokoro; the GPU shares are set for N
+# copies (asr 0.22 + tts 0.36 split N ways, llm 0.30), the admission cap is 2 x the largest level (the kernel
+# hashes connections to workers, it does not balance them, so a per-worker cap of exactly its part would
+# refuse callers), and capacity reads the parent's summed /metrics on port 7861.
 # DRY_RUN=1 runs the same steps on a CPU box (no wheels, toy models, Parakeet and transformers serve on the
 # CPU, Piper for the TTS, PY= the python with Cadence installed): it checks the script, not the figures.
 set -u -o pipefail
@@ -37,6 +42,9 @@ SHAPE=${SHAPE:-llama-3.2-1b}
 REPLY_TOKENS=${REPLY_TOKENS:-24}  # the cascade's reply cap: ~8 s of speech, so a caller takes a turn every ~11 s
 MAX_LEVEL=$(echo "$LEVELS" | tr ',' '\n' | sort -n | tail -1)
 PORT=7860
+WORKERS=${WORKERS:-1}
+MPORT=$PORT  # where /metrics, /health and /ready are read: the parent's summing listener with WORKERS > 1
+[ "$WORKERS" -gt 1 ] && MPORT=$((PORT + 1))
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 SERVE_PID=""
@@ -115,6 +123,11 @@ SETS=(--set "admission.max_sessions=$MAX_LEVEL" --set admission.queue_size=0 --s
       --set llm.temperature=1.0 --set "llm.max_tokens=$REPLY_TOKENS" --set "llm.server_log=$LOGS/llm-server.log"
       --set budgets.window_s=900 --set gpu.check_measured=false "${DRY[@]}")
 [ -n "${TTS_ENGINE:-}" ] && SETS+=(--set "tts.engine=$TTS_ENGINE")
+if [ "$WORKERS" -gt 1 ]; then
+  SETS+=(--set "server.workers=$WORKERS" --set "server.metrics_listen=127.0.0.1:$MPORT"
+         --set "admission.max_sessions=$((2 * MAX_LEVEL))")
+  [ "${DRY_RUN:-0}" = 1 ] || SETS+=(--set gpu.asr_fraction=0.22 --set gpu.tts_fraction=0.36 --set gpu.llm_fraction=0.30)
+fi
 "$PY" -m agent.cli serve --config examples/gpu.toml --port $PORT "${SETS[@]}" > "$LOGS/serve.log" 2>&1 &
 SERVE_PID=$!
 READY=0
@@ -132,9 +145,10 @@ say "cadence serve ready; $(left) s left"
 # 5. capacity over the phone line ----------------------------------------------------------------
 CAP_T=$(($(left) - 20))
 timeout "$CAP_T" "$PY" -m agent.cli capacity --config examples/gpu.toml --transport phone \
-  --url "http://127.0.0.1:$PORT" --prompts .cascade/prompts.npz --levels "$LEVELS" --warmup "$WARMUP" \
+  --url "http://127.0.0.1:$PORT" --metrics-url "http://127.0.0.1:$MPORT" --prompts .cascade/prompts.npz --levels "$LEVELS" --warmup "$WARMUP" \
   --hold "$HOLD" --max-wait "$MAX_WAIT" --all-levels --no-refine --out-dir "$OUT" \
   --write-config "$OUT/cadence-capacity.toml" 2>&1 | tee "$LOGS/capacity.log" \
   | grep -E "phone callers|capacity:|results|error" | tee -a "$OUT/summary.txt"
-curl -s "http://127.0.0.1:$PORT/metrics" > "$LOGS/metrics-final.txt"
+curl -s "http://127.0.0.1:$MPORT/metrics" > "$LOGS/metrics-final.txt"
+curl -s "http://127.0.0.1:$MPORT/health" > "$LOGS/health-final.json"
 curl -s "http://127.0.0.1:$PORT/phone/calls" > "$LOGS/phone-calls.json"
