@@ -42,7 +42,10 @@ def main() -> None:
         neg = [k for k, v in turn.stages_ms.items() if v < 0]
         print(f"{clip.name:28s} wer={w:4.2f} eos->tx={'-' if ms is None else f'{ms:5.0f}'} "
               f"{'NEGATIVE ' + str(neg) if neg else ''} {turn.transcript!r}")
+    # Transcripts pushed after their turn's LLM request started: words the LLM never got.
+    late = sum(getattr(t, "late_transcripts", 0) for t in result.timings)
     print(f"clips={len(clips)} WER={errors / words:.3f} empty={sum(not t.transcript for t in result.turns)} "
+          f"late_transcripts={late} "
           f"eos_to_transcript p50={np.percentile(eos_tx, 50):.0f} ms max={max(eos_tx):.0f} ms")
 
 

@@ -2,7 +2,8 @@
 
 Short answers, a prompt with a pause inside it, and two prompts joined by a 0.6 s pause (two VAD
 segments, often two turns): the normalised word error rate of each is at most 0.2, none is empty,
-and no stage time is negative. Whisper tiny.en, the embedded llama.cpp server and Piper, in process.
+no stage time is negative, and no transcript lands after its turn's LLM request. Whisper tiny.en,
+the embedded llama.cpp server and Piper, in process.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def test_recorded_utterances_keep_their_words():
     report = [(c.name, round(wer(c.text, t.transcript), 2), t.transcript, t.stages_ms)
               for c, t in zip(clips, result.turns, strict=True)]
     print(*report, sep="\n")
+    late = [t.transcript_text for t in result.timings if t.late_transcripts]
+    assert not late, f"transcripts pushed after the LLM request started (words the LLM never got): {late}"
     for name, error, heard, stages in report:
         assert heard, f"{name}: nothing transcribed"
         assert error <= 0.2, (name, heard)
