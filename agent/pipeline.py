@@ -35,6 +35,7 @@ from agent.config import Config
 from agent.fast_barge_in import FastBargeIn
 from agent.llm_stage import CadenceLLMService
 from agent.models import piper_voice
+from agent.segment_turn_stop import SegmentedTurnAnalyzerStopStrategy
 from agent.shared_models import SharedSileroVADAnalyzer, SharedSmartTurnAnalyzerV3
 from tts.engines import TTSEngine, create_engine
 from tts.service import CadenceTTSService
@@ -148,7 +149,9 @@ def make_turn_strategies(config: Config) -> UserTurnStrategies:
         stop = [SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=config.vad.turn_fallback_secs)]
     else:
         analyzer = SharedSmartTurnAnalyzerV3(params=SmartTurnParams(stop_secs=config.vad.turn_fallback_secs))
-        stop = [TurnAnalyzerUserTurnStopStrategy(turn_analyzer=analyzer)]
+        # Whisper transcribes per VAD segment: the turn must wait for its last segment's text.
+        strategy = SegmentedTurnAnalyzerStopStrategy if config.asr.engine == "whisper" else TurnAnalyzerUserTurnStopStrategy
+        stop = [strategy(turn_analyzer=analyzer)]
     # Only VAD starts a turn: a segment's transcript that lands after the turn ended must not
     # open a new turn and interrupt the answer (stock pipecat also starts turns on transcripts).
     return UserTurnStrategies(start=[VADUserTurnStartStrategy()], stop=stop)

@@ -61,16 +61,24 @@ async def talk(engines: Engines, utterances: list[np.ndarray], *, settle_s: floa
     out = transport.output()
     result = TalkResult(out_sample_rate=cfg.audio.out_sample_rate, timings=observer.turns)
     ends = script.speech_end_times
+    last_index = -1
     for i, eos in enumerate(ends):
         nxt = ends[i + 1] if i + 1 < len(ends) else float("inf")
         timing = _match(observer.turns, eos)
+        # A file spoken with pauses may hold several turns (the turn analyzer ended one at a
+        # pause, the caller went on): what was heard is every turn since the previous file's.
+        heard = ""
+        if timing is not None:
+            parts = [t.transcript_text for t in observer.turns if last_index < t.index <= timing.index]
+            heard = " ".join(p for p in parts if p)
+            last_index = timing.index
         stages = timing.stages_ms(end_of_speech=eos) if timing else {}
         first_voiced = out.first_voiced_after(eos)
         if first_voiced is not None and first_voiced < nxt:
             stages["eos_to_first_audio"] = (first_voiced - eos) * 1000.0
         audio = b"".join(pcm for at, pcm in out.chunks if eos <= at < nxt)
         result.turns.append(TurnResult(
-            transcript=timing.transcript_text if timing else "",
+            transcript=heard,
             reply=timing.reply_text.strip() if timing else "",
             stages_ms=stages,
             reply_audio=audio,

@@ -39,6 +39,7 @@ class TurnTiming:
     turn_end: float | None = None
     transcript: float | None = None
     transcript_text: str = ""
+    late_transcripts: int = 0
     llm_start: float | None = None
     llm_first_token: float | None = None
     reply_text: str = ""
@@ -55,6 +56,20 @@ class TurnTiming:
     def answered(self) -> bool:
         """The reply is complete: the LLM finished, every TTS context closed, the bot went quiet."""
         return self.llm_done and not self.tts_active and self.bot_stopped is not None
+
+    def add_transcript(self, text: str, at: float) -> None:
+        """One transcript of this turn (a turn spoken with pauses has one per VAD segment).
+
+        The turn's transcript time is that of the last transcript that reached the LLM request,
+        i.e. pushed before the LLM's response started; one pushed after it did not contribute
+        (its words missed the request), so it is counted in ``late_transcripts`` and timed by
+        nothing. Every stage time is then a difference of ordered events: never negative.
+        """
+        self.transcript_text = (self.transcript_text + " " + text).strip()
+        if self.llm_start is None or at <= self.llm_start:
+            self.transcript = at
+        else:
+            self.late_transcripts += 1
 
     @property
     def end_of_speech(self) -> float | None:
@@ -127,9 +142,8 @@ class TurnObserver(BaseObserver):
         elif isinstance(frame, UserStoppedSpeakingFrame):
             self._turn().turn_end = self._abs(data)
         elif isinstance(frame, TranscriptionFrame):
-            turn = self._turn()
-            turn.transcript = self._abs(data)
-            turn.transcript_text = (turn.transcript_text + " " + frame.text).strip()
+            if frame.text.strip():  # a segment with no words carries no transcript
+                self._turn().add_transcript(frame.text, self._abs(data))
         elif self._current is not None:
             self._bot_side(self._current, data)
 

@@ -47,6 +47,14 @@ class EagerSegment:
             return buffer_len
         return None
 
+    def not_started(self) -> None:
+        """The proposed cut could not be transcribed (a pass was still running): forget it.
+
+        Until a later cut is taken, ``usable`` is None, so a pass over an earlier, shorter
+        buffer is never mistaken for one covering this cut (that lost the utterance's end).
+        """
+        self._resumed = True
+
     def usable(self) -> int | None:
         """The speculated position if nothing audible followed it, else None."""
         return None if self.position is None or self._resumed else self.position

@@ -60,9 +60,15 @@ class SharedWhisperSTTService(WhisperSTTService):
         if self._eager is None or not self._user_speaking:
             return
         cut = self._eager.observe(frame.audio, frame.sample_rate, len(self._audio_buffer))
+        if cut is None:
+            return
         busy = self._eager_task is not None and not self._eager_task.done()
-        if cut is not None and not busy and self._segment_queue.empty():
-            self._eager_task = asyncio.ensure_future(self._transcribe(bytes(self._audio_buffer[:cut])))
+        if busy or not self._segment_queue.empty():
+            self._eager.not_started()
+            return
+        # Padded like the normal pass: Whisper drops or garbles a last word that ends abruptly.
+        pcm = bytes(self._audio_buffer[:cut]) + self._trailing_silence()
+        self._eager_task = asyncio.ensure_future(self._transcribe(pcm))
 
     async def _handle_user_stopped_speaking(self, frame: VADUserStoppedSpeakingFrame):
         task, self._eager_task = self._eager_task, None
@@ -73,9 +79,11 @@ class SharedWhisperSTTService(WhisperSTTService):
             await super()._handle_user_stopped_speaking(frame)
             return
         # Everything after the cut was quiet: the speculative pass already covers the segment.
+        # The quiet tail stays buffered as the next segment's lead-in (a soft onset there, under
+        # the quiet threshold, would otherwise be in neither segment).
         self._user_speaking = False
         pcm = bytes(self._audio_buffer[:cut])
-        self._audio_buffer.clear()
+        del self._audio_buffer[:cut]
         self._eager_ready = (pcm, task)
         self.eager_used += 1
         await self._segment_queue.put(pcm)
@@ -91,15 +99,21 @@ class SharedWhisperSTTService(WhisperSTTService):
     async def run_stt(self, audio: bytes) -> AsyncGenerator[Frame, None]:
         await self.start_processing_metrics()
         ready, self._eager_ready = self._eager_ready, None
-        if ready is not None and ready[0] is audio:
-            text = await ready[1]  # started before the VAD stop; usually finished by now
-        else:
-            text = await self._transcribe(audio)
+        try:
+            if ready is not None and ready[0] is audio:
+                text = await ready[1]  # started before the VAD stop; usually finished by now
+            else:
+                text = await self._transcribe(audio)
+        except Exception as exc:  # the segment still gets its (empty) transcript below
+            await self.push_error(f"{self}: transcription failed: {exc}", exception=exc)
+            text = ""
         await self.stop_processing_metrics()
         if text:
             await self._handle_transcription(text, True, self._settings.language)
             logger.debug(f"Transcription: [{text}]")
-            yield TranscriptionFrame(text, self._user_id, time_now_iso8601(), self._settings.language)
+        # One transcript per VAD segment, empty ones included (the aggregator skips those): the
+        # turn's end waits until every segment of the turn is transcribed (agent.segment_turn_stop).
+        yield TranscriptionFrame(text, self._user_id, time_now_iso8601(), self._settings.language)
 
 
 def create_whisper_stt(config: ASRConfig, model_path: str, **kwargs) -> SharedWhisperSTTService:

@@ -57,3 +57,12 @@ def test_steady_noise_never_counts_as_quiet():
     tracker = EagerSegment(quiet_ms=120)
     assert feed(tracker, noise) == []
     assert tracker.usable() is None
+
+
+def test_a_cut_that_could_not_start_is_never_used():
+    speech = load_audio(pick(["agent-pass"])[0].path, RATE)
+    tracker = EagerSegment(quiet_ms=120)
+    cuts = feed(tracker, np.concatenate([speech, np.zeros(RATE // 4, np.float32)]))
+    assert cuts and tracker.usable() == cuts[-1]
+    tracker.not_started()  # a pass over an earlier, shorter buffer was still running
+    assert tracker.usable() is None

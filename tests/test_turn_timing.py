@@ -1,0 +1,28 @@
+"""Stage times of a turn with more than one transcript: never negative, timed by what reached the LLM."""
+
+from __future__ import annotations
+
+from agent.turn_observer import TurnTiming
+
+
+def test_a_transcript_after_the_llm_started_times_nothing():
+    turn = TurnTiming(index=0, vad_stop=10.2, vad_stop_secs=0.2)
+    turn.add_transcript("Eight of spades.", 10.5)
+    turn.llm_start, turn.llm_first_token, turn.tts_first_audio, turn.first_audio_out = 10.6, 10.8, 11.0, 11.1
+    turn.add_transcript("four of clubs.", 11.4)  # landed after the request: it did not contribute
+    stages = turn.stages_ms()
+    assert turn.transcript_text == "Eight of spades. four of clubs."
+    assert turn.late_transcripts == 1
+    assert round(stages["eos_to_transcript"]) == 500
+    assert round(stages["transcript_to_llm_first_token"]) == 300
+    assert all(v >= 0 for v in stages.values()), stages
+
+
+def test_every_transcript_before_the_request_counts_and_the_last_one_times_the_turn():
+    turn = TurnTiming(index=0, vad_stop=10.2, vad_stop_secs=0.2)
+    turn.add_transcript("Eight of spades,", 9.0)
+    turn.add_transcript("four of clubs.", 10.4)
+    turn.llm_start, turn.llm_first_token = 10.5, 10.7
+    assert turn.late_transcripts == 0
+    assert round(turn.stages_ms()["eos_to_transcript"]) == 400
+    assert round(turn.stages_ms()["transcript_to_llm_first_token"]) == 300
