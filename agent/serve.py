@@ -45,6 +45,16 @@ GOODBYE_TAIL_S = 0.2
 RouteHook = Callable[[web.Application, "CadenceServer"], None]
 
 
+
+def install_stop_signals(loop: asyncio.AbstractEventLoop, on_signal: Callable[[signal.Signals], None]) -> list:
+    """``on_signal(sig)`` on SIGTERM and SIGINT where the loop supports it; returns the signals handled."""
+    handled = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, on_signal, sig)
+            handled.append(sig)
+    return handled
+
 @dataclass
 class CadenceServer:
     config: Config
@@ -289,11 +299,7 @@ class CadenceServer:
         cfg = self.config
         self.stop_event = self.stop_event or asyncio.Event()
         loop = asyncio.get_running_loop()
-        handled = []
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, self._on_signal, sig)
-                handled.append(sig)
+        handled = install_stop_signals(loop, self._on_signal)
         runners: list[web.AppRunner] = []
         supervisor: asyncio.Task | None = None
         try:

@@ -43,7 +43,7 @@ from loguru import logger
 
 from agent.config import Config
 from agent.llm_server import free_port, spawn_child, stop_child
-from agent.serve import CadenceServer
+from agent.serve import CadenceServer, install_stop_signals
 
 WORKER_ENV = "CADENCE_WORKER_SET"  # JSON list of "section.key=value" overrides, applied last
 
@@ -253,11 +253,7 @@ class WorkerPool:
         cfg = self.config
         self.stop_event = self.stop_event or asyncio.Event()
         loop = asyncio.get_running_loop()
-        handled = []
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, self._on_signal, sig)
-                handled.append(sig)
+        handled = install_stop_signals(loop, self._on_signal)
         sock: socket.socket | None = None
         runner: web.AppRunner | None = None
         tasks: list[asyncio.Task] = []
