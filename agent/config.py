@@ -147,6 +147,10 @@ class SessionConfig:
     idle_timeout_s: float = 30.0
     # Longest call; 0 = no limit.
     max_duration_s: float = 3600.0
+    # Caller audio beyond this many times real time (after input_burst_s) is dropped, for transports
+    # without a cap of their own (WebRTC; the phone line uses phone.max_input_rt_ratio). 0 = no cap.
+    max_input_rt_ratio: float = 1.5
+    input_burst_s: float = 2.0
 
 
 @dataclass

@@ -35,6 +35,7 @@ from agent.runtime import freeze_gc_heap
 from agent.security import middleware
 from agent.session import SessionLimits, SessionWatch, run_session
 from agent.turn_observer import TurnObserver
+from transports.input_rate import InputRateLimiter
 
 # Of the shutdown budget, what the goodbyes leave for closing calls and stopping children.
 CLOSE_RESERVE_S = 1.0
@@ -187,6 +188,10 @@ class CadenceServer:
                 break
             self.sessions.pop(oldest)
         limits = SessionLimits(self.config.session.idle_timeout_s, self.config.session.max_duration_s)
+        if not getattr(transport, "has_input_rate_cap", False) and self.config.session.max_input_rt_ratio > 0:
+            # WebRTC hands over RTP as fast as a peer sends it: cap it as the phone line caps itself
+            pre_stages = (InputRateLimiter(self.config.session.max_input_rt_ratio, self.config.session.input_burst_s),
+                          *pre_stages)
         watch = SessionWatch()
         self.live[session_id] = watch
         try:

@@ -22,6 +22,7 @@ from pipecat.frames.frames import CancelFrame, EndFrame, InputAudioRawFrame, Inp
 from pipecat.transports.base_input import BaseInputTransport
 from pipecat.transports.base_transport import TransportParams
 
+from transports.input_rate import RealTimeBudget
 from transports.phone.barge_in import BargeInDetector
 from transports.phone.codec import InboundDecoder
 from transports.phone.options import PhoneOptions
@@ -42,26 +43,6 @@ from transports.phone.stats import CallStats
 _CLOSED = (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR)
 _INBOUND_TRACKS = ("inbound", "inbound_track")
 MAX_DTMF = 1000
-
-
-class RealTimeBudget:
-    """Token bucket of audio seconds: refills at ``ratio`` x wall time, holds at most ``burst_s``."""
-
-    def __init__(self, ratio: float, burst_s: float, now: float | None = None):
-        self.ratio = ratio
-        self.burst_s = burst_s
-        self.level = burst_s
-        self.at = time.monotonic() if now is None else now
-
-    def take(self, seconds: float, now: float) -> bool:
-        if self.ratio <= 0:
-            return True
-        self.level = min(self.burst_s, self.level + (now - self.at) * self.ratio)
-        self.at = now
-        if self.level < seconds:
-            return False
-        self.level -= seconds
-        return True
 
 
 class PhoneInputTransport(BaseInputTransport):

@@ -34,6 +34,7 @@ def phone_params(in_sample_rate: int) -> TransportParams:
 class PhoneTransport(BaseTransport):
     # Clear-and-hold barge-in lives in this transport; the pipeline adds no FastBargeIn stage.
     has_own_barge_in = True
+    has_input_rate_cap = True  # PhoneInputTransport drops media beyond phone.max_input_rt_ratio
 
     def __init__(self, ws: web.WebSocketResponse, start: StreamStart, *, in_sample_rate: int = 16000,
                  options: PhoneOptions | None = None, barge_in: BargeInDetector | None = None,
