@@ -136,6 +136,8 @@ async def test_barge_in_clears_within_200_ms_and_the_caller_hears_no_more():
         latency = clears[0] - onset
         assert 0 < latency < 0.2, f"clear {latency * 1000:.0f} ms after the caller started speaking"
         assert not [at for at, _ in caller.inbound.media if clears[0] < at < sent_last], "old reply kept playing"
+        silent = caller.speech_heard_until(first, sent_last)  # the caller's playout model: clear drops the rest
+        assert silent is not None and 0 < silent - onset < 0.2, "the bot went on talking over the caller"
         await caller.hang_up()
         assert await settled(endpoint)
         record = endpoint.recent[-1]
