@@ -21,10 +21,6 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
                         "auto: fast on CUDA, general on the CPU")
     p.add_argument("--profiles", default="", help="parakeet fast: encoder profiles name=BATCHxFRAMES,... "
                                                   "(default: ~10/20/30 s windows at the max batch)")
-    p.add_argument("--pack", action="store_true",
-                   help="Whisper: pack short windows of different requests/files into one 30 s input "
-                        "(~1.6x throughput on short clips; mixes callers' audio in one model input, and a "
-                        "short window can be dropped by Whisper, so it is off by default)")
 
 
 def _engine_spec(args: argparse.Namespace, config: Any) -> Any:
@@ -35,7 +31,7 @@ def _engine_spec(args: argparse.Namespace, config: Any) -> Any:
     return resolve_engine_spec(EngineSpec(
         engine=args.engine or asr.engine, model=args.model if args.model is not None else asr.model,
         device=args.device or asr.device, compute_type=asr.compute_type, dtype=asr.dtype,
-        encoder_backend=asr.encoder_backend, max_batch=args.max_batch, pack=args.pack,
+        encoder_backend=asr.encoder_backend, max_batch=args.max_batch,
         parakeet_backend=args.parakeet_backend, profiles=args.profiles,
     ))
 

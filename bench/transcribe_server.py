@@ -13,8 +13,7 @@ GPU, Parakeet (H200):    python bench/transcribe_server.py --engine parakeet --d
 speech (``asr.parakeet.random_v3``), for GPUs without a checkpoint. ``--parakeet-backend`` picks the
 profiled GPU encoder (``fast``, the default on CUDA; ``--profiles`` sets its shapes) or the
 general engine (``general``). ``bench/gpu_issue6.sh`` is the H200 run.
-The server runs with ``cadence transcribe-server``'s defaults: packing off (``--pack`` turns it on,
-as the server's flag does; it is off there because a packed short window can be dropped) and the
+The server runs with ``cadence transcribe-server``'s defaults: the
 default admission limits (``--max-inflight``, ``--max-audio-held-s`` raise them for big plans).
 ``--plan`` is ``clip_seconds:concurrency,...`` groups separated by ``;``; ``--price`` is the
 machine's price in USD per hour (defaults: $0.085 for a 2-vCPU cloud VM, $3.50 for one H200).
@@ -103,7 +102,7 @@ def serve_main(args: argparse.Namespace) -> None:
     from asr.offline.window_engine import EngineSpec
 
     spec = EngineSpec(engine=args.engine, model=args.model, device=args.device, max_batch=args.max_batch,
-                      dtype=args.dtype, encoder_backend=args.encoder_backend, pack=args.pack,
+                      dtype=args.dtype, encoder_backend=args.encoder_backend,
                       parakeet_backend=args.parakeet_backend, profiles=args.profiles)
     engine = random_v3_engine(spec) if args.model == "random-v3" else make_engine(resolve_engine_spec(spec))
     options = ServerOptions(max_inflight=args.max_inflight, max_audio_held_s=args.max_audio_held_s)
@@ -149,7 +148,7 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str, 
            args.device, "--model", args.model, "--max-batch", str(args.max_batch), "--dtype", args.dtype,
            "--encoder-backend", args.encoder_backend, "--parakeet-backend", args.parakeet_backend,
            "--profiles", args.profiles, "--max-inflight", str(args.max_inflight),
-           "--max-audio-held-s", str(args.max_audio_held_s)] + (["--pack"] if args.pack else [])
+           "--max-audio-held-s", str(args.max_audio_held_s)]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
@@ -241,8 +240,6 @@ def main() -> None:
                                                    "(default: 10/20/30 s at the max batch)")
     ap.add_argument("--max-batch", type=int, default=0, help="windows per engine call (0: the engine's default)")
     defaults = ServerOptions()
-    ap.add_argument("--pack", action="store_true", help="pack short windows of several requests into one input "
-                    "(off by default, as in cadence transcribe-server)")
     ap.add_argument("--max-inflight", type=int, default=defaults.max_inflight,
                     help="server: requests held at once (default: the server's, %(default)s)")
     ap.add_argument("--max-audio-held-s", type=float, default=defaults.max_audio_held_s,
@@ -265,7 +262,7 @@ def main() -> None:
     print(f"server ready in {startup_s} s", flush=True)
     rows: list[dict[str, Any]] = []
     data: dict[str, Any] = {"engine": args.engine, "model": model, "device": args.device, "price_usd_per_hour": price,
-                            "plan": args.plan, "pack": args.pack, "max_inflight": args.max_inflight,
+                            "plan": args.plan, "max_inflight": args.max_inflight,
                             "max_audio_held_s": args.max_audio_held_s, "server_startup_s": startup_s, "results": rows}
     if args.engine == "parakeet":
         data.update(parakeet_backend=args.parakeet_backend, profiles=args.profiles, dtype=args.dtype)

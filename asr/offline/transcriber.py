@@ -2,8 +2,7 @@
 
 ``OfflineTranscriber`` serves concurrent requests on one engine through the
 ``WindowBatcher``; ``transcribe_corpus`` is the synchronous form for batch jobs (Ray
-workers, ``cadence transcribe``), batching the windows of several files by length itself (or packing them,
-for a fixed-length engine).
+workers, ``cadence transcribe``), batching the windows of several files by length itself.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from pathlib import Path
 import numpy as np
 
 from asr.offline.decode import decode_file
-from asr.offline.packing import transcribe_packed
 from asr.offline.plan import Window, plan_windows
 from asr.offline.results import Transcript, Word
 from asr.offline.stitch import build_transcript, place_words
@@ -111,18 +109,13 @@ def transcribe_corpus(engine: WindowEngine, audios: Sequence[np.ndarray], langua
     flat = [(f, k) for f, (_, clips) in enumerate(prepared) for k in range(len(clips))]
     clips = [prepared[f][1][k] for f, k in flat]
     words: list[list[Word]] = [[] for _ in flat]
-    if getattr(engine, "fixed_window_s", None):
-        words = transcribe_packed(engine, clips, language)
+    done = 0
+    for batch in length_batches([len(c) for c in clips], max_batch or engine.max_batch):
+        for i, ws in zip(batch, engine.transcribe_windows([clips[i] for i in batch], language), strict=True):
+            words[i] = ws
+        done += len(batch)
         if progress:
-            progress(len(clips), len(clips))
-    else:
-        done = 0
-        for batch in length_batches([len(c) for c in clips], max_batch or engine.max_batch):
-            for i, ws in zip(batch, engine.transcribe_windows([clips[i] for i in batch], language), strict=True):
-                words[i] = ws
-            done += len(batch)
-            if progress:
-                progress(done, len(clips))
+            progress(done, len(clips))
     per_file: list[list[list[Word]]] = [[[] for _ in p[1]] for p in prepared]
     for (f, k), ws in zip(flat, words, strict=True):
         per_file[f][k] = ws
