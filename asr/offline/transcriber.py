@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -52,11 +53,15 @@ def _finish(engine: WindowEngine, windows: list[Window], words: list[list[Word]]
 
 
 class OfflineTranscriber:
-    """Concurrent requests on one engine."""
+    """Concurrent requests on one engine.
 
-    def __init__(self, engine: WindowEngine, max_batch: int | None = None) -> None:
+    ``batcher`` defaults to a ``WindowBatcher`` on ``engine`` in this process; a host worker
+    passes a ``RemoteBatcher`` (the engine process's) and an ``EngineInfo`` for ``engine``.
+    """
+
+    def __init__(self, engine: WindowEngine | Any, max_batch: int | None = None, batcher: Any = None) -> None:
         self.engine = engine
-        self.batcher = WindowBatcher(engine, max_batch)
+        self.batcher = batcher if batcher is not None else WindowBatcher(engine, max_batch)
 
     async def transcribe_audio(self, audio: np.ndarray, language: str | None,
                                timings: Timings | None = None) -> Transcript:

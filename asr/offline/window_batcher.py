@@ -91,6 +91,11 @@ class WindowBatcher:
             for it in items:
                 it.future.cancel()  # results still in flight are dropped, unread errors are not logged
 
+    async def health(self) -> dict[str, int]:
+        """What ``/health`` shows of the engine: batches, windows, engine inputs, windows queued."""
+        return {"batches": self.stats.batches, "windows": self.stats.windows, "engine_inputs": self.stats.inputs,
+                "queued_windows": self.queued_windows}
+
     @property
     def queued_windows(self) -> int:
         """Windows waiting for the engine (not counting the batch in progress)."""
