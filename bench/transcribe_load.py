@@ -167,8 +167,8 @@ class Clients:
         self.pool.shutdown(cancel_futures=True)
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU time so far of ``pid`` and every live descendant (Linux /proc)."""
+def tree_cpu_seconds(pid: int) -> tuple[float, float]:
+    """User + system CPU seconds so far of ``pid`` itself and of its live descendants (Linux /proc)."""
     tick = os.sysconf("SC_CLK_TCK")
     stats: dict[int, tuple[int, float]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -177,10 +177,10 @@ def tree_cpu_seconds(pid: int) -> float:
         except OSError:
             continue
         stats[int(stat.parent.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
-    total, frontier = 0.0, [pid]
+    own = stats.get(pid, (0, 0.0))[1]
+    descendants, frontier = 0.0, [c for c, (ppid, _) in stats.items() if ppid == pid]
     while frontier:
         p = frontier.pop()
-        if p in stats:
-            total += stats[p][1]
+        descendants += stats[p][1]
         frontier.extend(c for c, (ppid, _) in stats.items() if ppid == p)
-    return total
+    return own, descendants

@@ -294,9 +294,11 @@ def main() -> None:
             clients.run(url, key, 1, 1)  # warm-up
             for c in levels:
                 rounds = min(args.max_rounds, max(1, math.ceil(args.min_audio_s / (mean_s * c))))
-                cpu0 = tree_cpu_seconds(proc.pid)
+                own0, workers0 = tree_cpu_seconds(proc.pid)
                 run = clients.run(url, key, c, c * rounds)
-                row = level_row(key, c, run, tree_cpu_seconds(proc.pid) - cpu0, price)
+                own1, workers1 = tree_cpu_seconds(proc.pid)
+                row = level_row(key, c, run, own1 - own0 + workers1 - workers0, price)
+                row["engine_process_cpu_s"] = round(own1 - own0, 2)  # the rest is the host workers'
                 rows.append(row)
                 save(name, data, args.out)  # partial results survive a run cut short
                 print(f"{key:>6} clips x{c:<4d}: {row['audio_s_per_wall_s']:9.1f} audio s/s  "
