@@ -20,6 +20,9 @@ alone), their ratio, p50/p90 latency, and the server's CPU seconds (engine proce
 per audio hour. Clients are ``--clients`` processes (default 4 on CUDA) so the load generator is
 not the limit (``client_cpu_s`` says how busy they were).
 
+The host path alone (``--engine null``: no model, words made up at once), any machine:
+    python3 bench/transcribe_server.py --engine null --plan "10:64;3600:4" --workers 8
+
 CPU, embedded Whisper tiny.en (the server's defaults: one process):
     python3 bench/transcribe_server.py
     python3 bench/transcribe_server.py --workers 1 --name transcribe_server_whisper_cpu_workers1
@@ -114,7 +117,25 @@ def random_v3_engine(spec: Any) -> Any:
     return ParakeetWindowEngine(engine, "parakeet-random-v3", max_batch, PlanOptions())
 
 
+class NullEngine:
+    """No model: 2.5 made-up words per second of each window, at once. What the host path alone carries."""
+
+    name, sample_rate, max_batch, languages = "null", 16000, 64, None
+
+    def __init__(self) -> None:
+        from asr.offline.plan import PlanOptions
+
+        self.plan = PlanOptions()
+
+    def transcribe_windows(self, windows: list[Any], language: str | None) -> list[list[Any]]:
+        from asr.offline.results import Word
+
+        return [[Word(k * 0.4, k * 0.4 + 0.3, f" w{k}") for k in range(int(len(w) / 16000 * 2.5))] for w in windows]
+
+
 def build_engine(args: argparse.Namespace) -> Any:
+    if args.engine == "null":
+        return NullEngine()
     from agent.models import resolve_engine_spec
     from asr.offline.engine_factory import make_engine
     from asr.offline.window_engine import EngineSpec
@@ -204,6 +225,13 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str, 
     raise RuntimeError("server did not start:\n" + "".join(lines[-40:]))
 
 
+def health(url: str) -> dict[str, Any]:
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/health", timeout=30) as r:
+        return json.loads(r.read())
+
+
 def level_row(key: str, concurrency: int, run: dict[str, Any], cpu_s: float, price: float) -> dict[str, Any]:
     lat = run["latencies"]
     audio_s, wall = run["audio_s"], run["wall_s"]
@@ -228,8 +256,8 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--engine", default=None, choices=("whisper", "parakeet"),
-                    help="default: parakeet on CUDA, whisper on the CPU")
+    ap.add_argument("--engine", default=None, choices=("whisper", "parakeet", "null"),
+                    help="default: parakeet on CUDA, whisper on the CPU; null: no model (the host path alone)")
     ap.add_argument("--model", default=None, help="whisper: CTranslate2 dir; parakeet: checkpoint (folder or .nemo) "
                                                   "or random-v3 (the default for parakeet)")
     ap.add_argument("--dtype", default=None, help="parakeet: float32 | bfloat16 (default: bfloat16 on CUDA)")
@@ -295,16 +323,20 @@ def main() -> None:
             for c in levels:
                 rounds = min(args.max_rounds, max(1, math.ceil(args.min_audio_s / (mean_s * c))))
                 own0, workers0 = tree_cpu_seconds(proc.pid)
+                before = health(url)
                 run = clients.run(url, key, c, c * rounds)
+                after = health(url)
                 own1, workers1 = tree_cpu_seconds(proc.pid)
                 row = level_row(key, c, run, own1 - own0 + workers1 - workers0, price)
                 row["engine_process_cpu_s"] = round(own1 - own0, 2)  # the rest is the host workers'
+                batches = after["batches"] - before["batches"]
+                row["windows_per_batch"] = round((after["windows"] - before["windows"]) / batches, 2) if batches else 0
                 rows.append(row)
                 save(name, data, args.out)  # partial results survive a run cut short
                 print(f"{key:>6} clips x{c:<4d}: {row['audio_s_per_wall_s']:9.1f} audio s/s  "
                       f"p50 {row['latency_p50_s'] * 1000:8.1f} ms  p90 {row['latency_p90_s'] * 1000:8.1f} ms  "
                       f"{row['server_cpu_s_per_audio_h']:7.1f} server cpu s/audio h  "
-                      f"client cpu {row['client_cpu_s']:.1f} s", flush=True)
+                      f"batch {row['windows_per_batch']:5.2f}  client cpu {row['client_cpu_s']:.2f} s", flush=True)
     finally:
         clients.close()
         proc.terminate()

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from asr.offline.audio_budget import AudioBudget
-from asr.offline.ipc import receive, send
+from asr.offline.ipc import frame, receive, send
 from asr.offline.shm_audio import map_windows
 from asr.offline.window_batcher import WindowBatcher
 
@@ -84,11 +84,16 @@ class EngineHost:
                 windows = await asyncio.to_thread(map_windows, segment, lengths)
             else:
                 windows = map_windows(segment, lengths)
+            last = len(windows) - 1
+            k = 0
             async for words in self.batcher.stream(windows, language):
-                send(writer, ("words", rid, [(w.start, w.end, w.text) for w in words]))
-                del words
+                message = ("words", rid, [(w.start, w.end, w.text) for w in words])
+                if k < last:
+                    send(writer, message)
+                k += 1
             del windows  # the mapping goes with the last view (the batch in progress may still hold one)
-            send(writer, ("end", rid))
+            if not writer.is_closing():
+                writer.write(frame(message) + frame(("end", rid)))  # one write for the last window and the end
         except asyncio.CancelledError:
             raise
         except Exception as exc:

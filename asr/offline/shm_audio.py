@@ -3,9 +3,11 @@
 The host worker writes the windows back to back as float32 into a new segment (``os.write``
 into tmpfs: one copy, no page faults in the worker) and sends only its name and the window
 lengths. The engine process maps it (``MAP_POPULATE``: the pages in one call instead of a fault
-per 4 KB; ``MAP_PRIVATE``: writable views, nothing written back), unlinks the name at once, and
-hands numpy views of the mapping to the batcher: no copy, and the mapping is freed when the
-last view is dropped. Names carry the server's pid and the worker's index, so whatever a dead
+per 4 KB: ~0.15 ms for a 10 s window here), unlinks the name at once, and hands numpy views of
+the mapping to the batcher: no copy, and the mapping is freed when the last view is dropped. The
+views are writable (torch warns on read-only arrays) and the segment is the request's alone, so an
+engine writing into its input harms nobody. (A private writable mapping would copy every page when
+populated: 0.28 ms.) Names carry the server's pid and the worker's index, so whatever a dead
 worker left is removed by ``remove_segments``.
 """
 
@@ -63,7 +65,7 @@ def unlink(name: str) -> None:
 def map_windows(name: str, lengths: Sequence[int]) -> list[np.ndarray]:
     """Views of the windows in segment ``name`` (unlinked here); the mapping lives as long as they do."""
     path = SHM_DIR / name
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDWR)
     try:
         os.unlink(path)
         total = int(sum(lengths))
@@ -72,7 +74,7 @@ def map_windows(name: str, lengths: Sequence[int]) -> list[np.ndarray]:
         size = os.fstat(fd).st_size
         if size != 4 * total:
             raise ValueError(f"shared segment {name} holds {size} bytes, not the {4 * total} announced")
-        flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0)
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
         mapping = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     finally:
         os.close(fd)

@@ -25,7 +25,7 @@ def test_windows_come_back_exactly_and_the_name_is_gone() -> None:
     assert [len(v) for v in views] == [len(c) for c in clips]
     for view, clip in zip(views, clips, strict=True):
         assert np.array_equal(view, clip)
-    views[0][0] = 7.0  # writable for an engine that scales in place, and private to this process
+    views[0][0] = 7.0  # writable (torch warns on read-only arrays); the segment is this request's alone
     assert views[0][0] == 7.0
 
 
