@@ -146,8 +146,9 @@ def build_engine(args: argparse.Namespace) -> Any:
     return random_v3_engine(spec) if args.model == "random-v3" else make_engine(resolve_engine_spec(spec))
 
 
-def engine_rtfx(engine: Any, plan: list[tuple[str, list[int]]], min_audio_s: float) -> dict[str, Any]:
-    """The engine alone on each group's clips: the server's windows, batched by length, engine calls timed."""
+def engine_rtfx(engine: Any, plan: list[tuple[str, list[int]]], min_audio_s: float, passes: int) -> dict[str, Any]:
+    """The engine alone on each group's clips: the server's windows, batched by length, engine calls
+    timed; the best of ``passes`` passes."""
     from asr.offline.plan import plan_windows
     from asr.offline.window_batcher import length_batches
 
@@ -163,10 +164,13 @@ def engine_rtfx(engine: Any, plan: list[tuple[str, list[int]]], min_audio_s: flo
         audio_s = sum(len(audio[i % len(audio)]) for i in range(n)) / 16000
         engine.transcribe_windows(windows[: engine.max_batch], None)  # warm-up
         batches = length_batches([len(w) for w in windows], engine.max_batch)
-        t0 = time.perf_counter()
-        for batch in batches:
-            engine.transcribe_windows([windows[i] for i in batch], None)
-        wall = time.perf_counter() - t0
+        walls = []
+        for _ in range(passes):  # the best pass: the first also meets shapes for the first time
+            t0 = time.perf_counter()
+            for batch in batches:
+                engine.transcribe_windows([windows[i] for i in batch], None)
+            walls.append(time.perf_counter() - t0)
+        wall = min(walls)
         out[key] = {"audio_s": round(audio_s, 1), "windows": len(windows), "batches": len(batches),
                     "wall_s": round(wall, 3), "rtfx": round(audio_s / wall, 1)}
         print(f"engine alone, {key} clips: {out[key]['rtfx']:.1f}x real time ({len(windows)} windows)", flush=True)
@@ -181,7 +185,9 @@ def serve_main(args: argparse.Namespace) -> None:
 
     engine = build_engine(args)
     if args.engine_plan:
-        print("ENGINE " + json.dumps(engine_rtfx(engine, parse_plan(args.engine_plan), args.min_audio_s)), flush=True)
+        passes = 2 if args.device.startswith("cuda") else 1  # cheap on a GPU; Whisper on the CPU is slow
+        alone = engine_rtfx(engine, parse_plan(args.engine_plan), args.min_audio_s, passes)
+        print("ENGINE " + json.dumps(alone), flush=True)
     workers = default_workers(args.device) if args.workers is None else args.workers
     options = ServerOptions(max_inflight=args.max_inflight, max_audio_held_s=args.max_audio_held_s)
     transcriber = OfflineTranscriber(engine, args.max_batch or None)
