@@ -3,7 +3,7 @@
 GPU (H200), one command from the repository root, on a machine with torch + CUDA (pipecat, loguru
 and pytest are not needed; it imports asr/, bench/, agent.models and agent/__init__ only):
 
-    pip install aiohttp uvloop numpy soundfile soxr transformers sentencepiece safetensors
+    pip install aiohttp uvloop numpy soundfile soxr 'transformers>=5.0'   # what torch + CUDA lack
     python3 bench/transcribe_server.py --device cuda
 
 That runs Parakeet-TDT with the 0.6B v3 architecture and random weights biased to emit like speech
