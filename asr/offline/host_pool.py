@@ -55,8 +55,9 @@ PR_SET_PDEATHSIG = 1
 def default_workers(device: str, cores: int | None = None) -> int:
     """Host workers when none are asked for: ``min(cores - 1, 8)`` on a GPU; none on the CPU.
 
-    On the CPU the engine needs every core: workers would only take cores from it (the embedded
-    Whisper server measured in ``bench/results/transcribe_server_workers_cpu.json``).
+    On the CPU the engine needs every core: a worker only moves the host work to another process
+    (the embedded Whisper server: the same CPU per audio hour, no faster; ``bench/results/
+    transcribe_server_whisper_cpu_workers{0,1}.json`` and ``transcribe_server_whisper_cpu_ab/``).
     """
     cores = cores or os.cpu_count() or 1
     if not device.startswith("cuda"):
