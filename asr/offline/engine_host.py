@@ -3,7 +3,8 @@
 Each worker connection is served by ``EngineHost.serve_worker``: a submission maps the request's
 shared-memory windows and streams each window's words back as the batcher finishes them (so
 windows of every worker's requests share batches exactly as the requests of one process do); a
-reservation holds seconds of the one server-wide ``AudioBudget`` until the worker cancels it. A
+reservation holds seconds of the one server-wide ``AudioBudget`` until the worker cancels it
+(granted at once when nobody waits and it fits, else in arrival order). A
 worker that goes away has its submissions withdrawn and its reservations released.
 """
 
@@ -37,6 +38,7 @@ class EngineHost:
                            on_ready: Callable[[int], None]) -> None:
         """Answer one worker until its connection closes."""
         tasks: dict[int, asyncio.Task[None]] = {}
+        held: dict[int, float] = {}  # reservations granted at once (no task)
 
         def start(rid: int, work: Any) -> None:
             task = asyncio.ensure_future(work)
@@ -53,11 +55,18 @@ class EngineHost:
                 if kind == "submit":
                     start(msg[1], self._submission(writer, *msg[1:]))
                 elif kind == "reserve":
-                    start(msg[1], self._reservation(writer, msg[1], msg[2]))
+                    if self.budget.try_take(msg[2]):
+                        held[msg[1]] = msg[2]
+                        send(writer, ("granted", msg[1]))
+                    else:  # wait in line
+                        start(msg[1], self._reservation(writer, msg[1], msg[2]))
                 elif kind == "cancel":
                     task = tasks.pop(msg[1], None)
                     if task is not None:
                         task.cancel()
+                    seconds = held.pop(msg[1], None)
+                    if seconds is not None:
+                        self.budget.give_back(seconds)
                 elif kind == "stats":
                     send(writer, ("stats", msg[1], await self.stats()))
                 elif kind == "ready":
@@ -65,6 +74,8 @@ class EngineHost:
                 else:
                     log.error("unknown message from a host worker: %r", kind)
         finally:
+            for seconds in held.values():
+                self.budget.give_back(seconds)
             for task in tasks.values():
                 task.cancel()
             await asyncio.gather(*tasks.values(), return_exceptions=True)

@@ -5,7 +5,9 @@ seconds per CPU second, so a fast GPU waits on it. Here this process (the engine
 only the engine, the cross-request ``WindowBatcher`` and the server-wide audio budget, and starts
 N workers (``host_worker``) that do the rest on the other cores:
 
-- the listening socket is bound here and shared by every worker (each ``accept``s from it);
+- the port is held here (bound with SO_REUSEPORT, not listening: port 0 picks one port for all,
+  and nobody takes it between worker restarts); each worker listens on it with its own
+  SO_REUSEPORT socket, and the kernel spreads connections over them;
 - each worker talks to this process over its own Unix socket pair: a request's windows go through
   one shared-memory segment (``shm_audio``: written once by the worker, mapped here without a
   copy), its words come back per window (``ipc``, ``engine_host``);
@@ -71,15 +73,22 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def listening_socket(host: str, port: int, backlog: int = BACKLOG) -> socket.socket:
-    """A TCP socket listening on ``host:port`` (0: any free port), for the workers to share."""
+def listening_socket(host: str, port: int, backlog: int | None = BACKLOG) -> socket.socket:
+    """A TCP socket on ``host:port`` (0: any free port) with SO_REUSEPORT, listening unless ``backlog`` is None.
+
+    Each worker listens on its own such socket, so the kernel spreads new connections over the
+    workers evenly (by the connection's addresses): one shared socket would let whichever worker
+    wakes first take a whole burst of connections, and keep-alive clients would stay on it.
+    """
     family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                          flags=socket.AI_PASSIVE)[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
-        sock.listen(backlog)
+        if backlog is not None:
+            sock.listen(backlog)
     except BaseException:
         sock.close()
         raise
@@ -116,9 +125,8 @@ class HostPool:
 
     async def spawn(self, worker: _Worker) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        fds = (theirs.fileno(), self.listen.fileno(), self.inflight_fd)
-        cmd = [sys.executable, "-m", "asr.offline.host_worker", "--ipc-fd", str(fds[0]), "--listen-fd", str(fds[1]),
-               "--inflight-fd", str(fds[2])]
+        fds = (theirs.fileno(), self.inflight_fd)
+        cmd = [sys.executable, "-m", "asr.offline.host_worker", "--ipc-fd", str(fds[0]), "--inflight-fd", str(fds[1])]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
         try:
             worker.proc = subprocess.Popen(cmd, pass_fds=fds, env=env, start_new_session=True,  # noqa: PLW1509
@@ -128,6 +136,7 @@ class HostPool:
         reader, writer = await asyncio.open_unix_connection(sock=ours)
         send(writer, ("config", {"index": worker.index, "engine": self.info, "options": self.options,
                                  "segments": segment_prefix(os.getpid(), worker.index), "backlog": BACKLOG,
+                                 "listen": self.listen.getsockname()[:2],
                                  "log_level": self.log_level}))
         worker.ready.clear()
         worker.connection = asyncio.ensure_future(
@@ -204,7 +213,7 @@ async def serve_workers(transcriber: OfflineTranscriber, host: str, port: int, w
     if stop is None:
         stop = asyncio.Event()
         stop_on_signals(stop)
-    listen = listening_socket(host, port)
+    listen = listening_socket(host, port, backlog=None)  # holds the port; the workers listen
     pool = HostPool(transcriber, options, workers, listen)
     try:
         for w in pool.workers:

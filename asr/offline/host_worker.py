@@ -1,9 +1,10 @@
 """One host worker of ``cadence transcribe-server --workers N``: HTTP, upload, decode, plan, stitch, format.
 
 Started by the engine process (``host_pool``) as ``python -m asr.offline.host_worker --ipc-fd A
---listen-fd B --inflight-fd C``: A is its end of a Unix socket pair to the engine process (the
-first message is its configuration), B the server's listening TCP socket (shared by every worker:
-the kernel hands each new connection to one of them), C the shared ``max_inflight`` counter. It
+--inflight-fd B``: A is its end of a Unix socket pair to the engine process (the first message is
+its configuration: the engine's facts, the server's options, the address to listen on), B the
+shared ``max_inflight`` counter. It listens on the server's port with its own SO_REUSEPORT socket
+(the kernel spreads new connections over the workers). It
 serves the same ``TranscriptionServer`` as the one-process server, with the engine process's
 batcher and audio budget. It imports no engine (no torch): it starts in about a second.
 
@@ -22,6 +23,7 @@ import socket
 
 from aiohttp import web
 
+from asr.offline.host_pool import listening_socket
 from asr.offline.inflight import SharedInflight
 from asr.offline.ipc import receive
 from asr.offline.remote_engine import EngineLink, RemoteBatcher, RemoteBudget
@@ -34,7 +36,7 @@ log = logging.getLogger("cadence.transcribe_server")
 SHUTDOWN_TIMEOUT_S = 5.0  # requests in progress at SIGTERM get this long
 
 
-async def serve(ipc_fd: int, listen_fd: int, inflight_fd: int) -> None:
+async def serve(ipc_fd: int, inflight_fd: int) -> None:
     reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=ipc_fd))
     kind, config = await receive(reader)
     if kind != "config":
@@ -51,7 +53,8 @@ async def serve(ipc_fd: int, listen_fd: int, inflight_fd: int) -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     try:
-        site = web.SockSite(runner, socket.socket(fileno=listen_fd), backlog=config["backlog"])
+        host, port = config["listen"]
+        site = web.SockSite(runner, listening_socket(host, port, config["backlog"]), backlog=config["backlog"])
         await site.start()
         link.send(("ready", config["index"]))
         await stop.wait()
@@ -63,11 +66,10 @@ async def serve(ipc_fd: int, listen_fd: int, inflight_fd: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ipc-fd", type=int, required=True)
-    ap.add_argument("--listen-fd", type=int, required=True)
     ap.add_argument("--inflight-fd", type=int, required=True)
     args = ap.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    main_coro = serve(args.ipc_fd, args.listen_fd, args.inflight_fd)
+    main_coro = serve(args.ipc_fd, args.inflight_fd)
     try:
         import uvloop
     except ImportError:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import os
 import signal
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -150,7 +151,7 @@ class TranscriptionServer:
     async def health(self, _: web.Request) -> web.Response:
         engine = await self.transcriber.batcher.health()
         return web.json_response({"status": "ok", "model": self.model_names[0], "inflight": self.inflight.total,
-                                  **engine})
+                                  "pid": os.getpid(), **engine})
 
     async def transcriptions(self, request: web.Request) -> web.Response:
         if not self.inflight.try_enter(self.options.max_inflight):

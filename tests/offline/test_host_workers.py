@@ -163,3 +163,21 @@ def test_the_shared_counter_sums_every_workers_slot() -> None:
         assert SharedInflight(fd, 0).total == 1  # a restarted worker starts its own slot at zero
     finally:
         os.close(fd)
+
+
+def test_the_audio_budget_is_one_for_all_workers(files: list[Path]) -> None:
+    """Room for one short file at a time: three at once over three workers run one after another."""
+    import soundfile as sf
+
+    seconds = sf.info(str(files[1])).duration
+    options = ServerOptions(max_audio_held_s=1.5 * seconds)
+
+    async def run() -> None:
+        async with running(serve_workers, SlowEngine(0.3), workers=3, options=options) as url, ClientSession() as session:
+            results = await asyncio.gather(*(post(session, url, files[1]) for _ in range(3)))
+            async with session.get(url + "/health") as r:
+                health = await r.json()
+        assert [s for s, _ in results] == [200, 200, 200], results
+        assert health["windows"] == 3 and health["batches"] == 3, health  # never two files held at once
+
+    asyncio.run(run())
