@@ -181,3 +181,16 @@ def test_the_audio_budget_is_one_for_all_workers(files: list[Path]) -> None:
         assert health["windows"] == 3 and health["batches"] == 3, health  # never two files held at once
 
     asyncio.run(run())
+
+
+def test_connections_spread_over_the_workers() -> None:
+    """Thirty fresh connections at once reach every one of three workers (SO_REUSEPORT), not the
+    first to wake (on one shared socket, one worker took a whole burst)."""
+    async def run() -> set[int]:
+        async with running(serve_workers, SlowEngine(0.0), workers=3) as url:
+            async def pid() -> int:
+                async with ClientSession() as session, session.get(url + "/health") as r:
+                    return (await r.json())["pid"]
+            return set(await asyncio.gather(*(pid() for _ in range(30))))
+
+    assert len(asyncio.run(run())) == 3  # each worker misses all 30 with probability (2/3)^30 < 1e-5
