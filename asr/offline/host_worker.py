@@ -48,6 +48,9 @@ async def serve(ipc_fd: int, inflight_fd: int) -> None:
     transcriber = OfflineTranscriber(config["engine"], batcher=RemoteBatcher(link, SegmentWriter(config["segments"])))
     server = TranscriptionServer(transcriber, config["options"], SharedInflight(inflight_fd, config["index"]),
                                  RemoteBudget(link))
+    import soundfile  # noqa: F401  (decode's libraries, loaded now rather than by the first request)
+    import soxr  # noqa: F401
+
     runner = web.AppRunner(server.app(), access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()
     loop = asyncio.get_running_loop()
