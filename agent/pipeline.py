@@ -76,7 +76,13 @@ class Engines:
 
     @classmethod
     def _with_tts(cls, config: Config, llm_base_url: str, llm_model: str) -> Engines:
-        engines = cls(config, llm_base_url, llm_model, create_engine(config.tts, piper_voice))
+        if config.server.engine_socket:  # the engine process owns the TTS (agent.engine_process)
+            from tts.remote.client import RemoteTTSEngine
+
+            tts: TTSEngine = RemoteTTSEngine.connect(config.server.engine_socket)
+        else:
+            tts = create_engine(config.tts, piper_voice)
+        engines = cls(config, llm_base_url, llm_model, tts)
         engines.warm_tts()
         return engines
 

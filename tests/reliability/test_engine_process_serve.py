@@ -1,0 +1,42 @@
+"""``cadence serve`` with ``server.engine_process = true``: the TTS runs in a supervised engine process,
+the goodbye at SIGTERM is still heard (synthesized over the socket), and no child outlives the server."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import psutil
+
+from testkit.servers import cadence_serve
+
+
+def test_sigterm_with_an_engine_process_says_goodbye_and_leaves_no_child():
+    from transports.phone.loopback_caller import LoopbackCaller
+
+    async def sigterm_mid_call(srv: dict) -> tuple[int, float, float, LoopbackCaller]:
+        caller = await LoopbackCaller(srv["url"].replace("http://", "ws://") + "/phone/ws").connect()
+        await asyncio.sleep(1.0)
+        t0 = time.monotonic()
+        srv["proc"].send_signal(signal.SIGTERM)
+        await caller.wait_closed(15.0)
+        closed_at = time.monotonic()
+        code = await asyncio.to_thread(srv["proc"].wait, 20)
+        await caller.close()
+        return code, t0, closed_at, caller
+
+    # No LLM is needed for the goodbye: an unreachable one keeps the test off llama.cpp.
+    with cadence_serve("server.engine_process=true", "tts.engine=piper", "vad.turn=silence",
+                       "llm.base_url=http://127.0.0.1:9/v1") as srv:
+        children = psutil.Process(srv["proc"].pid).children(recursive=True)
+        assert any("tts.remote.server" in " ".join(c.cmdline()) for c in children), children
+        code, t0, closed_at, caller = asyncio.run(sigterm_mid_call(srv))
+    gone, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, f"children outlived cadence serve: {[c.pid for c in alive]}"
+    assert code == 0, "".join(srv["log"][-30:])
+    log = "".join(srv["log"])
+    assert "engine process ready: piper" in log, log[-3000:]
+    voiced = caller.first_voiced_after(0.0)
+    assert voiced is not None and voiced >= t0, "no goodbye audio came through the engine process"
+    assert len(caller.audio_between(t0, closed_at)) / 2 / 8000 > 1.0  # over a second of it
