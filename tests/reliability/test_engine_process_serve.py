@@ -40,3 +40,17 @@ def test_sigterm_with_an_engine_process_says_goodbye_and_leaves_no_child():
     voiced = caller.first_voiced_after(0.0)
     assert voiced is not None and voiced >= t0, "no goodbye audio came through the engine process"
     assert len(caller.audio_between(t0, closed_at)) / 2 / 8000 > 1.0  # over a second of it
+
+
+def test_workers_connect_to_the_engine_process_and_hold_no_tts_share():
+    from agent.config import Config
+    from agent.workers import worker_overrides
+
+    cfg = Config()
+    cfg.gpu.tts_fraction, cfg.gpu.asr_fraction = 0.36, 0.22
+    own = dict(s.split("=", 1) for s in worker_overrides(cfg, 4, "http://127.0.0.1:1/v1", "m", 4242))
+    assert "server.engine_socket" not in own and float(own["gpu.tts_fraction"]) == 0.09
+    shared = dict(s.split("=", 1) for s in worker_overrides(cfg, 4, "http://127.0.0.1:1/v1", "m", 4242,
+                                                            "/tmp/cadence-engine-x/tts.sock"))
+    assert shared["server.engine_socket"] == "/tmp/cadence-engine-x/tts.sock"
+    assert float(shared["gpu.tts_fraction"]) == 0.0 and float(shared["gpu.asr_fraction"]) == 0.055
