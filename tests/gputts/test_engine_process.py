@@ -21,7 +21,6 @@ from pipecat.pipeline.worker import PipelineParams
 from pipecat.tests.utils import SleepFrame, run_test
 
 from tests.gputts.conftest import g2p_kind
-from tts.engines import TTSEngineError
 from tts.remote.client import EngineUnavailable, RemoteTTSEngine, hello
 from tts.service import CadenceTTSService
 
@@ -176,6 +175,5 @@ async def test_killed_engine_is_a_clear_error_not_a_hang(socket_dir):
         assert time.monotonic() - t0 < 2.0
         with pytest.raises(EngineUnavailable, match="not reachable"):  # a new stream fails at once too
             await asyncio.wait_for(_collect(remote, "Hello."), 5.0)
-        assert issubclass(EngineUnavailable, TTSEngineError)  # the TTS service reports it as an ErrorFrame
     finally:
         stop(proc)

@@ -2,5 +2,5 @@
 
 ``tts.remote.server`` hosts an engine (Kokoro's ``SynthesisBatcher`` and its phonemization) behind a
 Unix socket; ``tts.remote.client.RemoteTTSEngine`` is a drop-in ``synthesize_stream`` engine for
-``tts.service.CadenceTTSService``. ``tts.remote.wire`` is the framing both speak.
+``tts.service.CadenceTTSService``. ``transports.engine_link`` is the framing and the client connection.
 """

@@ -27,9 +27,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from transports.engine_link import WireError, encode, read_message
 from tts.engines import TTSEngine, create_engine
 from tts.options import TTSConfig
-from tts.remote.wire import WireError, encode, read_message
 
 log = logging.getLogger("cadence.engine")
 
