@@ -1,6 +1,11 @@
-"""The engine process: one TTS engine (and its batcher) serving every session process over a Unix socket.
+"""The engine process: the GPU engines (Kokoro's batcher, Parakeet's StreamBatcher) serving every session
+process over one Unix socket.
 
     python -m tts.remote.server --socket /tmp/cadence-engine.sock --spec '{"tts": {"engine": "kokoro"}}'
+
+``--spec`` names what to host: ``tts`` (``TTSConfig`` fields, ``kokoro`` the ``KokoroOptions``) and/or
+``asr`` (``ASRConfig`` fields of a Parakeet engine: ``asr.parakeet.remote.StreamHost`` serves its
+sessions).
 
 Each connection (one per session process) multiplexes many streams by request id. A ``synth`` runs
 the engine's ``synthesize_stream`` here, so phonemization and the batcher's thousands of kernel
@@ -34,14 +39,29 @@ from tts.options import TTSConfig
 log = logging.getLogger("cadence.engine")
 
 
-def build_engine(spec: dict[str, Any]) -> TTSEngine:
-    """The engine ``spec`` names: ``{"tts": TTSConfig fields, "kokoro": KokoroOptions fields (optional)}``."""
-    tts = TTSConfig(**spec.get("tts", {}))
+def build_engine(spec: dict[str, Any]) -> TTSEngine | None:
+    """The TTS ``spec`` names: ``{"tts": TTSConfig fields, "kokoro": KokoroOptions fields (optional)}``."""
+    if "tts" not in spec:
+        return None
+    tts = TTSConfig(**spec["tts"])
     if spec.get("kokoro"):
         from tts.kokoro.options import KokoroOptions
 
         tts.kokoro = KokoroOptions(**spec["kokoro"])  # type: ignore[attr-defined]  # create_engine reads it
     return create_engine(tts)
+
+
+def build_asr(spec: dict[str, Any]) -> Any:
+    """The process's Parakeet ``StreamBatcher`` (loaded and warmed) when ``spec`` has ``asr``; else None."""
+    if "asr" not in spec:
+        return None
+    from asr.options import ASRConfig
+    from asr.parakeet.shared_engine import shared_parakeet_batcher
+
+    config = ASRConfig(**spec["asr"])
+    if config.engine != "parakeet":
+        raise ValueError(f"the engine process hosts streaming Parakeet only, not asr.engine = {config.engine!r}")
+    return shared_parakeet_batcher(config)
 
 
 def engine_stats(engine: TTSEngine) -> dict[str, Any]:
@@ -70,8 +90,9 @@ async def _pieces(engine: TTSEngine, text: str, speed: float | None, seed: int |
 class EngineServer:
     """Serves ``engine`` on the Unix socket ``path`` (see the module docstring)."""
 
-    def __init__(self, engine: TTSEngine, path: str | Path):
+    def __init__(self, engine: TTSEngine | None, path: str | Path, asr: Any = None):
         self.engine = engine
+        self.asr = asr
         self.path = str(path)
         self.streams_served = 0
         self._server: asyncio.AbstractServer | None = None
@@ -94,15 +115,22 @@ class EngineServer:
             os.unlink(self.path)
 
     def hello(self) -> dict[str, Any]:
-        memory = getattr(self.engine, "memory", None)
-        return {"name": self.engine.name, "sample_rate": self.engine.sample_rate, "pid": os.getpid(),
-                "memory": memory.as_dict() if memory is not None else None}
+        info: dict[str, Any] = {"pid": os.getpid()}
+        if self.engine is not None:
+            memory = getattr(self.engine, "memory", None)
+            info.update(name=self.engine.name, sample_rate=self.engine.sample_rate,
+                        memory=memory.as_dict() if memory is not None else None)
+        if self.asr is not None:
+            source = getattr(getattr(self.asr.engine, "checkpoint", None), "source", "") or ""
+            info["asr"] = {"sample_rate": self.asr.config.sample_rate, "model": Path(str(source)).name or "parakeet-tdt"}
+        return info
 
     def _call(self, what: str) -> dict[str, Any]:
         if what == "hello":
             return self.hello()
         if what == "stats":
-            return {"stats": engine_stats(self.engine), "streams": self.streams_served}
+            asr = dataclasses.asdict(self.asr.stats) if self.asr is not None else None
+            return {"stats": engine_stats(self.engine), "streams": self.streams_served, "asr": asr}
         batcher = getattr(self.engine, "batcher", None)
         if what in ("hold", "release") and batcher is not None:  # tests and ordered warm-ups: queue, do not tick
             if what == "hold":
@@ -115,11 +143,23 @@ class EngineServer:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         streams: dict[int, asyncio.Task] = {}
+        host = None
         try:
             while True:
-                header, _ = await read_message(reader)
+                header, payload = await read_message(reader)
                 op, rid = header["op"], header.get("id")
-                if op == "synth":
+                if op.startswith("asr_"):
+                    if self.asr is None:
+                        writer.write(encode({"op": "error", "id": rid, "message": "this engine process has no ASR"}))
+                        continue
+                    if host is None:
+                        from asr.parakeet.remote import StreamHost
+
+                        host = StreamHost(self.asr, lambda h: writer.is_closing() or writer.write(encode(h)))
+                    host.handle(header, payload)
+                elif self.engine is None and op in ("synth", "cancel"):
+                    writer.write(encode({"op": "error", "id": rid, "message": "this engine process has no TTS"}))
+                elif op == "synth":
                     task = asyncio.create_task(self._stream(writer, rid, header))
                     streams[rid] = task
                     task.add_done_callback(lambda _t, rid=rid: streams.pop(rid, None))
@@ -137,9 +177,13 @@ class EngineServer:
             pass  # the session process closed the connection (or died)
         except WireError as exc:
             log.error("engine: dropping a connection: %s", exc)
+        except ValueError as exc:
+            log.error("engine: dropping a connection: %s", exc)
         finally:
             for task in list(streams.values()):
                 task.cancel()  # its callers are gone: withdraw their queued clauses
+            if host is not None:
+                host.close()
             writer.close()
 
     async def _stream(self, writer: asyncio.StreamWriter, rid: int, header: dict) -> None:
@@ -177,18 +221,23 @@ async def serve(spec: dict[str, Any], path: str, memory_fraction: float = 0.0, d
     t0 = time.monotonic()
     engine = await asyncio.to_thread(build_engine, spec)
     try:
-        async with contextlib.aclosing(_pieces(engine, "Hello there.", None, None)) as warm:
-            async for _ in warm:  # one stream end to end: phonemizer and batcher paths warm
-                pass
-        server = EngineServer(engine, path)
+        asr = await asyncio.to_thread(build_asr, spec)
+        if engine is not None:
+            async with contextlib.aclosing(_pieces(engine, "Hello there.", None, None)) as warm:
+                async for _ in warm:  # one stream end to end: phonemizer and batcher paths warm
+                    pass
+        server = EngineServer(engine, path, asr)
         await server.start()
-        log.info("engine ready: %s on %s in %.1f s (pid %d)", engine.name, path, time.monotonic() - t0, os.getpid())
+        hosted = [f"tts={engine.name}"] if engine is not None else []
+        hosted += ["asr=parakeet"] if asr is not None else []
+        log.info("engine ready: %s on %s in %.1f s (pid %d)", " ".join(hosted) or "nothing", path,
+                 time.monotonic() - t0, os.getpid())
         try:
             await stop.wait()
         finally:
             await server.close()
     finally:
-        close = getattr(engine, "close", None)
+        close = getattr(engine, "close", None) if engine is not None else None
         if close is not None:
             close()
 
