@@ -35,8 +35,8 @@ class EngineProcessError(RuntimeError):
 
 
 def engine_spec(config: Config) -> dict[str, Any]:
-    """What the engine process builds: the ``[tts]`` section, a Piper voice resolved here (the engine
-    process does not import ``agent``)."""
+    """What the engine process builds: the ``[tts]`` section (a Piper voice resolved here: the engine
+    process does not import ``agent``) and, with ``asr.engine = "parakeet"``, the ``[asr]`` section."""
     tts = dataclasses.asdict(config.tts)
     if tts["engine"] in ("auto", "piper") and not tts["voice"]:
         from agent.models import piper_voice
@@ -46,7 +46,10 @@ def engine_spec(config: Config) -> dict[str, Any]:
         except FileNotFoundError:
             if tts["engine"] == "piper":
                 raise
-    return {"tts": tts}
+    spec: dict[str, Any] = {"tts": tts}
+    if config.asr.engine == "parakeet":
+        spec["asr"] = dataclasses.asdict(config.asr)
+    return spec
 
 
 @dataclass
@@ -76,7 +79,7 @@ class ManagedEngineProcess:
     def socket_path(self) -> str:
         if not self._dir:
             self._dir = tempfile.mkdtemp(prefix="cadence-engine-")  # mode 0700: this user only
-        return str(Path(self._dir) / "tts.sock")
+        return str(Path(self._dir) / "engine.sock")
 
     @property
     def alive(self) -> bool:

@@ -119,15 +119,16 @@ class CadenceServer:
         return base_url, model
 
     async def start_engine_process(self) -> None:
-        """With ``server.engine_process`` (and no engine socket given by a parent): start the TTS engine
-        process on the TTS share of the plan, and point this config's session side at its socket."""
+        """With ``server.engine_process`` (and no engine socket given by a parent): start the engine process
+        (TTS, and streaming Parakeet) on their shares of the plan, and point this config's sessions at it."""
         from agent.engine_process import ManagedEngineProcess
 
         cfg = self.config
         if not cfg.server.engine_process or cfg.server.engine_socket:
             return
         plan = self.memory_plan
-        fraction = plan.share("tts").fraction if plan is not None else 0.0
+        hosted = ["tts", *(["asr"] if cfg.asr.engine == "parakeet" else [])]
+        fraction = sum(plan.share(c).fraction for c in hosted) if plan is not None else 0.0
         self.engine_proc = ManagedEngineProcess.for_config(cfg, fraction)
         await self.engine_proc.astart()
         cfg.server.engine_socket = self.engine_proc.socket_path
@@ -154,8 +155,10 @@ class CadenceServer:
             await self.start_engine_process()
             self.engines = await asyncio.to_thread(Engines.load, cfg, base_url, model,
                                                    peaks.measure if peaks is not None else None)
-            if self.engine_proc is not None and peaks is not None:  # the TTS's memory is the engine's
+            if self.engine_proc is not None and peaks is not None:  # the TTS's (and ASR's) memory is the engine's
                 peaks.peaks.pop("tts", None)
+                if self.engines.remote_asr:
+                    peaks.peaks.pop("asr", None)
                 if self.engine_proc.measured_bytes is not None:
                     peaks.peaks["tts"] = self.engine_proc.measured_bytes
             if plan is not None and peaks is not None:

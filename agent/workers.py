@@ -58,13 +58,14 @@ def worker_overrides(cfg: Config, workers: int, base_url: str, model: str, probe
     """The ``--set`` values that make one worker of ``workers`` out of the parent's config; with an engine
     process (``engine_socket``) the workers connect to it and hold no TTS share of their own."""
     tts_fraction = 0.0 if engine_socket else cfg.gpu.tts_fraction / workers
+    asr_fraction = 0.0 if engine_socket and cfg.asr.engine == "parakeet" else cfg.gpu.asr_fraction / workers
     engine = [f"server.engine_socket={engine_socket}"] if engine_socket else []
     return [*engine,
         f"llm.base_url={base_url}", f"llm.model={model}", f"llm.api_key={cfg.llm.api_key}",
         "server.workers=1", f"server.metrics_listen=127.0.0.1:{probe_port}",
         f"admission.max_sessions={split_budget(cfg.admission.max_sessions, workers)}",
         f"admission.queue_size={split_budget(cfg.admission.queue_size, workers)}",
-        f"gpu.asr_fraction={cfg.gpu.asr_fraction / workers!r}", f"gpu.tts_fraction={tts_fraction!r}",
+        f"gpu.asr_fraction={asr_fraction!r}", f"gpu.tts_fraction={tts_fraction!r}",
         "gpu.llm_fraction=0.0",
     ]
 

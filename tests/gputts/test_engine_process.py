@@ -173,7 +173,7 @@ async def test_killed_engine_is_a_clear_error_not_a_hang(socket_dir):
         with pytest.raises(EngineUnavailable, match="went away"):
             await asyncio.wait_for(task, 5.0)
         assert time.monotonic() - t0 < 2.0
-        with pytest.raises(EngineUnavailable, match="not reachable"):  # a new stream fails at once too
+        with pytest.raises(EngineUnavailable):  # a new stream fails at once too (refused, or reset while it exits)
             await asyncio.wait_for(_collect(remote, "Hello."), 5.0)
     finally:
         stop(proc)

@@ -1,4 +1,5 @@
-"""``cadence serve`` with ``server.engine_process = true``: the TTS runs in a supervised engine process,
+"""``cadence serve`` with ``server.engine_process = true``: TTS and streaming Parakeet run in a supervised
+engine process,
 the goodbye at SIGTERM is still heard (synthesized over the socket), and no child outlives the server."""
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def test_sigterm_with_an_engine_process_says_goodbye_and_leaves_no_child():
         return code, t0, closed_at, caller
 
     # No LLM is needed for the goodbye: an unreachable one keeps the test off llama.cpp.
-    with cadence_serve("server.engine_process=true", "tts.engine=piper", "vad.turn=silence",
+    with cadence_serve("server.engine_process=true", "tts.engine=piper", "asr.engine=parakeet", "vad.turn=silence",
                        "llm.base_url=http://127.0.0.1:9/v1") as srv:
         children = psutil.Process(srv["proc"].pid).children(recursive=True)
         assert any("tts.remote.server" in " ".join(c.cmdline()) for c in children), children
@@ -36,7 +37,7 @@ def test_sigterm_with_an_engine_process_says_goodbye_and_leaves_no_child():
     assert not alive, f"children outlived cadence serve: {[c.pid for c in alive]}"
     assert code == 0, "".join(srv["log"][-30:])
     log = "".join(srv["log"])
-    assert "engine process ready: piper" in log, log[-3000:]
+    assert "engine ready: tts=piper asr=parakeet" in log, log[-3000:]  # the engine process hosts both
     voiced = caller.first_voiced_after(0.0)
     assert voiced is not None and voiced >= t0, "no goodbye audio came through the engine process"
     assert len(caller.audio_between(t0, closed_at)) / 2 / 8000 > 1.0  # over a second of it
@@ -54,3 +55,7 @@ def test_workers_connect_to_the_engine_process_and_hold_no_tts_share():
                                                             "/tmp/cadence-engine-x/tts.sock"))
     assert shared["server.engine_socket"] == "/tmp/cadence-engine-x/tts.sock"
     assert float(shared["gpu.tts_fraction"]) == 0.0 and float(shared["gpu.asr_fraction"]) == 0.055
+    cfg.asr.engine = "parakeet"  # streaming Parakeet is the engine process's too
+    shared = dict(s.split("=", 1) for s in worker_overrides(cfg, 4, "http://127.0.0.1:1/v1", "m", 4242,
+                                                            "/tmp/cadence-engine-x/tts.sock"))
+    assert float(shared["gpu.asr_fraction"]) == 0.0
