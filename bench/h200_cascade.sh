@@ -21,8 +21,9 @@
 # Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS
 # ENGINE_PROCESS.
 # ENGINE_PROCESS=1 sets server.engine_process = true: one engine process (started by the parent, before any
-# worker) owns Kokoro and its batcher for every session process; its log is engine.log in logs.tar.gz. With
-# WORKERS > 1 the TTS share is then one Kokoro's (gpu.tts_fraction 0.15), not 0.36 split N ways.
+# worker) owns Kokoro and streaming Parakeet (and their batchers) for every session process; its log is
+# engine.log in logs.tar.gz. With WORKERS > 1 the shares are then one Kokoro's and one Parakeet's
+# (gpu.tts_fraction 0.15, gpu.asr_fraction 0.15, as in one process), not 0.36 and 0.22 split N ways.
 # WORKERS=N (default 1: one process, as before) runs `cadence serve --workers N`: one LLM server, N worker
 # processes on port 7860 (SO_REUSEPORT), each with its own Parakeet and Kokoro; the GPU shares are set for N
 # copies (asr 0.22 + tts 0.36 split N ways, llm 0.30), the admission cap is 2 x the largest level (the kernel
@@ -138,7 +139,7 @@ if [ "$WORKERS" -gt 1 ]; then
 fi
 if [ "${ENGINE_PROCESS:-0}" = 1 ]; then
   SETS+=(--set server.engine_process=true --set "server.engine_log=$LOGS/engine.log")
-  [ "$WORKERS" -gt 1 ] && [ "${DRY_RUN:-0}" != 1 ] && SETS+=(--set gpu.tts_fraction=0.15)
+  [ "$WORKERS" -gt 1 ] && [ "${DRY_RUN:-0}" != 1 ] && SETS+=(--set gpu.tts_fraction=0.15 --set gpu.asr_fraction=0.15)
 fi
 "$PY" -m agent.cli serve --config examples/gpu.toml --port $PORT "${SETS[@]}" > "$LOGS/serve.log" 2>&1 &
 SERVE_PID=$!
