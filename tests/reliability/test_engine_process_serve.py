@@ -9,6 +9,7 @@ import signal
 import time
 
 import psutil
+import pytest
 
 from testkit.servers import cadence_serve
 
@@ -59,3 +60,36 @@ def test_workers_connect_to_the_engine_process_and_hold_no_tts_share():
     shared = dict(s.split("=", 1) for s in worker_overrides(cfg, 4, "http://127.0.0.1:1/v1", "m", 4242,
                                                             "/tmp/cadence-engine-x/tts.sock"))
     assert float(shared["gpu.asr_fraction"]) == 0.0
+
+
+@pytest.mark.slow  # two full worker processes and the engine process (~30 s on 2 cores)
+def test_workers_share_one_engine_process_and_ready_follows_it():
+    import httpx
+
+    from agent.llm_server import free_port
+    from testkit.servers import cadence_process
+
+    probe = free_port()
+    args = ["serve", "--port", "0"]
+    for item in ("server.workers=2", "server.engine_process=true", "tts.engine=piper", "asr.engine=parakeet",
+                 "vad.turn=silence", "llm.base_url=http://127.0.0.1:9/v1", f"server.metrics_listen=127.0.0.1:{probe}"):
+        args += ["--set", item]
+    with cadence_process(args, r"Cadence is ready: open (http://\S+?)/ ") as srv:
+        children = psutil.Process(srv["proc"].pid).children(recursive=True)
+        engines = [c for c in children if "tts.remote.server" in " ".join(c.cmdline())]
+        workers = [c for c in children if "--worker-index" in c.cmdline()]
+        assert len(engines) == 1 and len(workers) == 2, [c.cmdline() for c in children]
+        ready = f"http://127.0.0.1:{probe}/ready"
+        assert httpx.get(ready, timeout=10).status_code == 200
+        engines[0].kill()
+        deadline = time.monotonic() + 5
+        while (r := httpx.get(ready, timeout=10)).status_code == 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (r.status_code, r.json()["reason"]) == (503, "the TTS engine process is down (restarting)")
+        time.sleep(1.0)  # the supervisor has respawned it (backoff 0.5 s): SIGTERM while it starts
+        children = psutil.Process(srv["proc"].pid).children(recursive=True)
+        assert any("tts.remote.server" in " ".join(c.cmdline()) for c in children if c.pid != engines[0].pid)
+        srv["proc"].send_signal(signal.SIGTERM)
+        assert srv["proc"].wait(30) == 0
+    gone, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, f"children outlived cadence serve --workers 2: {[c.pid for c in alive]}"
