@@ -61,6 +61,7 @@ class ManagedEngineProcess:
     log_path: Path | None = None
     memory_fraction: float = 0.0  # the engine's torch allocator cap (its GPU share); 0: none
     device: int = 0
+    switch_interval_ms: float = 0.0  # the engine's GIL switch interval; 0: Python's default
     max_backoff_s: float = 30.0
     env: dict[str, str] | None = None
     process: subprocess.Popen | None = field(default=None, init=False)
@@ -72,8 +73,12 @@ class ManagedEngineProcess:
 
     @classmethod
     def for_config(cls, config: Config, memory_fraction: float = 0.0) -> ManagedEngineProcess:
+        from agent.runtime import switch_interval_ms
+
         log = Path(config.server.engine_log) if config.server.engine_log else None
-        return cls(engine_spec(config), log_path=log, memory_fraction=memory_fraction, device=config.gpu.device)
+        interval = switch_interval_ms(config.runtime.gil_switch_interval_ms, config.asr.engine, config.asr.device)
+        return cls(engine_spec(config), log_path=log, memory_fraction=memory_fraction, device=config.gpu.device,
+                   switch_interval_ms=interval or 0.0)
 
     @property
     def socket_path(self) -> str:
@@ -98,7 +103,7 @@ class ManagedEngineProcess:
     def command(self) -> list[str]:
         return [sys.executable, "-m", "tts.remote.server", "--socket", self.socket_path,
                 "--spec", json.dumps(self.spec), "--memory-fraction", repr(self.memory_fraction),
-                "--device", str(self.device)]
+                "--device", str(self.device), "--switch-interval-ms", repr(self.switch_interval_ms)]
 
     def _spawn(self) -> subprocess.Popen:
         log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115  (None: our own stderr)

@@ -149,12 +149,15 @@ class CadenceServer:
         base_url, model = await self.start_llm()
         plan = self.memory_plan
         peaks = StagePeaks(plan.device) if plan is not None else None
-        if plan is not None:
+        # With the engine process hosting both GPU stages this process never touches CUDA: no context of
+        # its own (the card sees the engine's and the LLM's), nothing to cap or measure here.
+        gpu_here = not ((cfg.server.engine_process or cfg.server.engine_socket) and cfg.asr.engine == "parakeet")
+        if plan is not None and gpu_here:
             apply_in_process_fraction(plan)
         try:
             await self.start_engine_process()
-            self.engines = await asyncio.to_thread(Engines.load, cfg, base_url, model,
-                                                   peaks.measure if peaks is not None else None)
+            measure = peaks.measure if peaks is not None and gpu_here else None
+            self.engines = await asyncio.to_thread(Engines.load, cfg, base_url, model, measure)
             if self.engine_proc is not None and peaks is not None:  # the TTS's (and ASR's) memory is the engine's
                 peaks.peaks.pop("tts", None)
                 if self.engines.remote_asr:
