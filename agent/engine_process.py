@@ -95,10 +95,9 @@ class ManagedEngineProcess:
         return self.process.pid if self.alive else None
 
     @property
-    def measured_bytes(self) -> int | None:
-        """The engine's weights + warm-up peak as it reported them (None when not measured on CUDA)."""
-        memory = self.info.get("memory") or {}
-        return memory.get("required_bytes") if memory.get("peak_bytes") is not None else None
+    def peaks(self) -> dict[str, int]:
+        """Per hosted stage (tts, asr): the engine's CUDA allocator peak over load + warm-up (empty off CUDA)."""
+        return {k: int(v) for k, v in (self.info.get("peaks") or {}).items()}
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "tts.remote.server", "--socket", self.socket_path,

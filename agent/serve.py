@@ -162,8 +162,7 @@ class CadenceServer:
                 peaks.peaks.pop("tts", None)
                 if self.engines.remote_asr:
                     peaks.peaks.pop("asr", None)
-                if self.engine_proc.measured_bytes is not None:
-                    peaks.peaks["tts"] = self.engine_proc.measured_bytes
+                peaks.peaks.update(self.engine_proc.peaks)
             if plan is not None and peaks is not None:
                 self.gpu_memory = self.check_gpu_memory(peaks)
         except BaseException:

@@ -87,6 +87,22 @@ async def _pieces(engine: TTSEngine, text: str, speed: float | None, seed: int |
         yield pcm
 
 
+def measured_peak(fn: Any, device: int, peaks: dict[str, int], stage: str) -> Any:
+    """Run ``fn()``; on CUDA record in ``peaks[stage]`` how far torch's allocator peak rose above what was
+    held before (what ``agent.gpu_memory.StagePeaks`` measures in a session process)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return fn()
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    try:
+        return fn()
+    finally:
+        torch.cuda.synchronize(device)
+        peaks[stage] = max(0, int(torch.cuda.max_memory_allocated(device) - before))
+
+
 class EngineServer:
     """Serves ``engine`` on the Unix socket ``path`` (see the module docstring)."""
 
@@ -98,6 +114,7 @@ class EngineServer:
         self._server: asyncio.AbstractServer | None = None
         self._holds = 0
         self._hold_stack = contextlib.ExitStack()
+        self.peaks: dict[str, int] = {}  # per hosted stage: CUDA allocator peak over load + warm-up
 
     async def start(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -115,7 +132,7 @@ class EngineServer:
             os.unlink(self.path)
 
     def hello(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"pid": os.getpid()}
+        info: dict[str, Any] = {"pid": os.getpid(), "peaks": self.peaks}
         if self.engine is not None:
             memory = getattr(self.engine, "memory", None)
             info.update(name=self.engine.name, sample_rate=self.engine.sample_rate,
@@ -222,14 +239,16 @@ async def serve(spec: dict[str, Any], path: str, memory_fraction: float = 0.0, d
         if torch.cuda.is_available():
             torch.cuda.set_per_process_memory_fraction(memory_fraction, device)
     t0 = time.monotonic()
-    engine = await asyncio.to_thread(build_engine, spec)
+    peaks: dict[str, int] = {}
+    engine = await asyncio.to_thread(measured_peak, lambda: build_engine(spec), device, peaks, "tts")
     try:
-        asr = await asyncio.to_thread(build_asr, spec)
+        asr = await asyncio.to_thread(measured_peak, lambda: build_asr(spec), device, peaks, "asr")
         if engine is not None:
             async with contextlib.aclosing(_pieces(engine, "Hello there.", None, None)) as warm:
                 async for _ in warm:  # one stream end to end: phonemizer and batcher paths warm
                     pass
         server = EngineServer(engine, path, asr)
+        server.peaks = {k: v for k, v in peaks.items() if (k == "tts" and engine) or (k == "asr" and asr)}
         await server.start()
         hosted = [f"tts={engine.name}"] if engine is not None else []
         hosted += ["asr=parakeet"] if asr is not None else []
