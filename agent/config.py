@@ -51,6 +51,13 @@ class ServerConfig:
     # the parent serves the summed /metrics, /health and /ready on metrics_listen (default: the
     # main port + 1, on server.host).
     workers: int = 1
+    # true: one engine process owns the TTS engine (Kokoro's batcher and phonemization) and, with
+    # asr.engine = "parakeet", the streaming ASR batcher, for every session process (this one, or each of
+    # the workers), over a Unix socket (agent.engine_process); its GPU share is gpu.tts_fraction (+
+    # gpu.asr_fraction), whole. false: each session process loads its own, as before.
+    engine_process: bool = False
+    engine_socket: str = ""  # set by the parent: a session process connects here instead of loading the TTS
+    engine_log: str = ""  # the engine process's output (empty: this process's stderr)
 
 
 @dataclass

@@ -49,6 +49,9 @@ class Engines:
     llm_base_url: str
     llm_model: str
     tts_engine: TTSEngine
+    # The engine process's hello when ``server.engine_socket`` is set (it hosts the TTS, and Parakeet when
+    # ``info["asr"]``); None: every engine in this process.
+    engine_info: dict[str, Any] | None = None
     _llm_http: tuple[Any, httpx.AsyncClient] | None = field(default=None, repr=False)
 
     def llm_http(self) -> httpx.AsyncClient:
@@ -76,7 +79,16 @@ class Engines:
 
     @classmethod
     def _with_tts(cls, config: Config, llm_base_url: str, llm_model: str) -> Engines:
-        engines = cls(config, llm_base_url, llm_model, create_engine(config.tts, piper_voice))
+        info = None
+        if config.server.engine_socket:  # the engine process owns the TTS (agent.engine_process)
+            from tts.remote.client import RemoteTTSEngine, hello
+
+            info = hello(config.server.engine_socket)
+            tts: TTSEngine = RemoteTTSEngine(config.server.engine_socket, name=info["name"],
+                                             sample_rate=int(info["sample_rate"]))
+        else:
+            tts = create_engine(config.tts, piper_voice)
+        engines = cls(config, llm_base_url, llm_model, tts, info)
         engines.warm_tts()
         return engines
 
@@ -92,10 +104,17 @@ class Engines:
                                          self.config.asr.compute_type)
             noise = np.random.default_rng(0).normal(0, 0.01, 16000).astype(np.float32)
             transcribe_greedy(model, noise, self.config.asr.language, 1.0)
+        elif self.remote_asr:
+            return  # loaded and warmed in the engine process
         elif self.config.asr.engine == "parakeet":
             from asr.parakeet.shared_engine import warm_parakeet
 
             warm_parakeet(self.config.asr)
+
+    @property
+    def remote_asr(self) -> bool:
+        """Whether streaming Parakeet runs in the engine process."""
+        return bool(self.engine_info and self.engine_info.get("asr"))
 
     def warm_tts(self) -> None:
         for _ in self.tts_engine.synthesize("Hello there."):
@@ -123,6 +142,15 @@ class Engines:
             from asr.whisper_stt import create_whisper_stt
 
             return create_whisper_stt(asr, resolve_whisper_path(asr))
+        if asr.engine == "parakeet" and self.remote_asr:
+            from asr.parakeet.remote import RemoteStreamBatcher
+            from asr.parakeet.stt_service import ParakeetSTTService
+
+            assert self.engine_info is not None
+            remote = self.engine_info["asr"]
+            return ParakeetSTTService(RemoteStreamBatcher(self.config.server.engine_socket, remote["sample_rate"]),
+                                      model_name=remote["model"], language=asr.language,
+                                      ttfs_p99_latency=asr.ttfs_p99_s)
         if asr.engine == "parakeet":
             from asr.parakeet.stt_service import create_parakeet_stt
 

@@ -18,7 +18,12 @@
 #     (written after every level), capacity.png, cadence-capacity.toml.
 # $OUT gets at most 7 files: capacity.json, capacity.png, cadence-capacity.toml, llm_alone.json,
 # summary.txt, logs.tar.gz (every log), and nvidia-smi.csv.
-# Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS.
+# Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS
+# ENGINE_PROCESS.
+# ENGINE_PROCESS=1 sets server.engine_process = true: one engine process (started by the parent, before any
+# worker) owns Kokoro and streaming Parakeet (and their batchers) for every session process; its log is
+# engine.log in logs.tar.gz. With WORKERS > 1 the shares are then one Kokoro's and one Parakeet's
+# (gpu.tts_fraction 0.15, gpu.asr_fraction 0.15, as in one process), not 0.36 and 0.22 split N ways.
 # WORKERS=N (default 1: one process, as before) runs `cadence serve --workers N`: one LLM server, N worker
 # processes on port 7860 (SO_REUSEPORT), each with its own Parakeet and Kokoro; the GPU shares are set for N
 # copies (asr 0.22 + tts 0.36 split N ways, llm 0.30), the admission cap is 2 x the largest level (the kernel
@@ -132,6 +137,10 @@ if [ "$WORKERS" -gt 1 ]; then
          --set "admission.max_sessions=$((2 * MAX_LEVEL))")
   [ "${DRY_RUN:-0}" = 1 ] || SETS+=(--set gpu.asr_fraction=0.22 --set gpu.tts_fraction=0.36 --set gpu.llm_fraction=0.30)
 fi
+if [ "${ENGINE_PROCESS:-0}" = 1 ]; then
+  SETS+=(--set server.engine_process=true --set "server.engine_log=$LOGS/engine.log")
+  [ "$WORKERS" -gt 1 ] && [ "${DRY_RUN:-0}" != 1 ] && SETS+=(--set gpu.tts_fraction=0.15 --set gpu.asr_fraction=0.15)
+fi
 "$PY" -m agent.cli serve --config examples/gpu.toml --port $PORT "${SETS[@]}" > "$LOGS/serve.log" 2>&1 &
 SERVE_PID=$!
 READY=0
@@ -141,7 +150,7 @@ for _ in $(seq 600); do
   [ "$(left)" -lt 120 ] && break
   sleep 1
 done
-grep -E "GPU memory|GPU memory plan|LLM \(|engines ready|GIL|refused|Error|error" "$LOGS/serve.log" | cut -c1-300 \
+grep -E "GPU memory|GPU memory plan|LLM \(|engines ready|engine process|GIL|refused|Error|error" "$LOGS/serve.log" | cut -c1-300 \
   | head -30 | tee -a "$OUT/summary.txt"
 [ $READY -eq 1 ] || { say "cadence serve did not become ready"; tail -40 "$LOGS/serve.log"; exit 1; }
 say "cadence serve ready; $(left) s left"
