@@ -1,0 +1,241 @@
+"""Speculative LLM requests on Parakeet partials, against a real llama.cpp server (agent/speculative_turn.py).
+
+The pipeline is the agent's middle: the streaming Parakeet STT (tiny model) -> the user aggregator with a
+speculative stop strategy (plain silence end of turn, so the timing is deterministic) -> the agent's LLM
+stage on the embedded llama.cpp server -> the assistant aggregator. The server's own log says how many
+chat requests it served and which ones the client closed early.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pipecat.frames.frames import (
+    Frame,
+    InputAudioRawFrame,
+    InterimTranscriptionFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
+    TranscriptionFrame,
+    UserStoppedSpeakingFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import (
+    LLMContextAggregatorPair,
+    LLMUserAggregatorParams,
+)
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.turns.user_start import VADUserTurnStartStrategy
+from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy
+from pipecat.turns.user_turn_strategies import UserTurnStrategies
+
+from agent.config import LLMConfig
+from agent.llm_server import ManagedLLMServer, embedded_llama_server
+from agent.llm_stage import CadenceLLMService
+from agent.speculative_turn import (
+    SpeculationPolicy,
+    SpeculationStats,
+    SpeculativeSpeechTimeoutStopStrategy,
+    parse_triggers,
+)
+from asr.parakeet.batcher import StreamBatcher
+from asr.parakeet.engine import ParakeetEngine
+from asr.parakeet.streaming import StreamConfig
+from asr.parakeet.stt_service import ParakeetSTTService
+from asr.parakeet.tiny import synthetic_speech
+
+pytest.importorskip("llama_cpp")
+
+TURN_WAIT_S = 0.8  # silence after the VAD stop before the turn ends
+
+
+@pytest.fixture(scope="module")
+def batcher(tiny_dir) -> StreamBatcher:
+    return StreamBatcher(ParakeetEngine.from_pretrained(tiny_dir), StreamConfig(chunk_ms=160))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> ManagedLLMServer:
+    log = tmp_path_factory.mktemp("llm") / "server.log"
+    srv = embedded_llama_server(threads=2, log_path=log)
+    srv.env = dict(os.environ, PYTHONUNBUFFERED="1")  # the log is read while the server runs
+    with srv:
+        yield srv
+
+
+class ServerLog:
+    """Chat requests the server answered and streams it saw the client close, since ``mark()``."""
+
+    def __init__(self, server: ManagedLLMServer) -> None:
+        assert server.log_path is not None
+        self.path: Path = server.log_path
+        self._start = 0
+
+    def mark(self) -> None:
+        self._start = len(self.path.read_text(errors="replace"))
+
+    def _new(self) -> str:
+        return self.path.read_text(errors="replace")[self._start :]
+
+    @property
+    def requests(self) -> int:
+        return self._new().count('"POST /v1/chat/completions HTTP/1.1" 200')
+
+    @property
+    def closed_by_client(self) -> int:
+        return self._new().count("Disconnected from client (via refresh/close)")
+
+
+class Stamped(FrameProcessor):
+    """Passes frames on, noting when each downstream frame got here."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[float, Frame]] = []
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if direction == FrameDirection.DOWNSTREAM:
+            self.seen.append((time.monotonic(), frame))
+        await self.push_frame(frame, direction)
+
+    def first(self, cls: type, after: float = 0.0) -> float | None:
+        return next((t for t, f in self.seen if isinstance(f, cls) and t >= after), None)
+
+    def frames(self, cls: type) -> list:
+        return [f for _, f in self.seen if isinstance(f, cls)]
+
+
+@dataclass
+class TurnRun:
+    context: LLMContext
+    taps: Stamped  # between the STT and the user aggregator
+    out: Stamped  # after the LLM stage
+    stats: SpeculationStats
+
+
+def _speech(clip: np.ndarray, pace_s: float = 0.004) -> list[Frame]:
+    pcm = (np.clip(clip, -1, 1) * 32767).astype(np.int16)
+    frames: list[Frame] = []
+    for lo in range(0, len(pcm), 320):
+        frames += [InputAudioRawFrame(audio=pcm[lo : lo + 320].tobytes(), sample_rate=16000, num_channels=1),
+                   SleepFrame(sleep=pace_s)]
+    return frames
+
+
+def _utterance(clip: np.ndarray) -> list[Frame]:
+    return [VADUserStartedSpeakingFrame(start_secs=0.1), *_speech(clip), VADUserStoppedSpeakingFrame(stop_secs=0.2)]
+
+
+async def _run(batcher: StreamBatcher, server: ManagedLLMServer, frames: list[Frame], speculate: str,
+               max_tokens: int = 24) -> TurnRun:
+    stats = SpeculationStats()
+    triggers = parse_triggers(speculate)
+    if triggers:
+        stop = SpeculativeSpeechTimeoutStopStrategy(user_speech_timeout=TURN_WAIT_S,
+                                                    policy=SpeculationPolicy(triggers), stats=stats)
+    else:
+        stop = SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=TURN_WAIT_S)
+    context = LLMContext()
+    pair = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
+        user_turn_strategies=UserTurnStrategies(start=[VADUserTurnStartStrategy()], stop=[stop])))
+    llm = CadenceLLMService(LLMConfig(temperature=0.0, max_tokens=max_tokens), server.base_url, server.model_id)
+    taps, out = Stamped(), Stamped()
+    stt = ParakeetSTTService(batcher, preroll_s=0.0, audio_passthrough=False)
+    pipeline = Pipeline([stt, taps, pair.user(), llm, out, pair.assistant()])
+    await run_test(pipeline, frames_to_send=frames, pipeline_params=PipelineParams(audio_in_sample_rate=16000))
+    return TurnRun(context, taps, out, stats)
+
+
+def _turns(context: LLMContext) -> list[tuple[str, str]]:
+    return [(m["role"], m["content"]) for m in context.messages if m["role"] in ("user", "assistant")]
+
+
+def _gap_to_first_token(run: TurnRun) -> float:
+    """Turn end (the UserStoppedSpeakingFrame past the LLM stage) -> the reply's first token there."""
+    end = run.out.first(UserStoppedSpeakingFrame)
+    token = run.out.first(LLMTextFrame)
+    assert end is not None and token is not None
+    return token - end
+
+
+async def test_a_hit_uses_the_speculative_stream_and_its_tokens_are_ready_at_turn_end(batcher, server):
+    log = ServerLog(server)
+    clip = synthetic_speech(1.6, seed=21)
+    frames = [*_utterance(clip), SleepFrame(sleep=TURN_WAIT_S + 2.5)]
+
+    log.mark()
+    off = await _run(batcher, server, frames, "")
+    assert log.requests == 1
+    log.mark()
+    on = await _run(batcher, server, frames, "final")
+
+    final = " ".join(f.text for f in on.taps.frames(TranscriptionFrame))
+    assert final, "the tiny model says nothing for this clip: pick one it transcribes"
+    assert on.stats.snapshot() == {"started": {"final": 1}, "confirmed": 1, "withdrawn": {}, "wasted": 0}
+    assert log.requests == 1 and log.closed_by_client == 0  # one request: the speculative one was used
+    # one turn in the context, with the final transcript and the (released) reply
+    assert [r for r, _ in _turns(on.context)] == ["user", "assistant"]
+    assert _turns(on.context)[0][1] == final and _turns(on.context)[1][1].strip()
+    assert len(on.out.frames(LLMFullResponseStartFrame)) == 1
+    # the speculative reply had its first token before the turn ended: it is released at the turn end,
+    # while without speculation the request only starts then
+    gain = _gap_to_first_token(off) - _gap_to_first_token(on)
+    assert _gap_to_first_token(on) < 0.05 and gain > 0.02, (_gap_to_first_token(off), _gap_to_first_token(on))
+    # nothing of the reply went out before the turn ended
+    assert on.out.first(LLMFullResponseStartFrame) >= on.out.first(UserStoppedSpeakingFrame)
+
+
+async def test_a_miss_cancels_the_speculative_request_and_answers_the_final_transcript(batcher, server):
+    """``pause``: speculate at the VAD stop on the newest partial, which lags the audio; the final differs."""
+    log = ServerLog(server)
+    clip = synthetic_speech(2.0, seed=24)
+    log.mark()
+    run = await _run(batcher, server, [*_utterance(clip), SleepFrame(sleep=TURN_WAIT_S + 2.5)], "pause",
+                     max_tokens=200)
+    partials = [f.text for f in run.taps.frames(InterimTranscriptionFrame)]
+    final = " ".join(f.text for f in run.taps.frames(TranscriptionFrame))
+    assert partials and final and partials[-1] != final, "premise: the last partial is not the final"
+    assert run.stats.started == {"pause": 1} and run.stats.confirmed == 0
+    assert run.stats.withdrawn == {"differs": 1}
+    assert log.requests == 2  # the speculative one and the turn's own
+    assert log.closed_by_client == 1  # the server saw the speculative stream closed
+    assert _turns(run.context) == [("user", final), ("assistant", _turns(run.context)[1][1])]
+    reply = _turns(run.context)[1][1]
+    assert len(run.out.frames(LLMFullResponseStartFrame)) == 1  # the withdrawn reply never went out
+    assert reply == "".join(f.text for f in run.out.frames(LLMTextFrame))
+    # the reply answers the final transcript: the same request, made directly, gives the same text
+    import httpx
+
+    direct = httpx.post(f"{server.base_url}/chat/completions", timeout=60, json={
+        "model": server.model_id, "max_tokens": 200, "temperature": 0.0,
+        "messages": [{"role": "system", "content": LLMConfig().system_prompt}, {"role": "user", "content": final}],
+    }).json()["choices"][0]["message"]["content"]
+    assert reply.strip() == direct.strip()
+
+
+async def test_a_caller_who_resumes_cancels_the_speculation_and_no_turn_is_lost_or_doubled(batcher, server):
+    log = ServerLog(server)
+    first, second = synthetic_speech(1.6, seed=21), synthetic_speech(1.2, seed=22)
+    frames = [*_utterance(first), SleepFrame(sleep=0.35),  # the final is in, the turn is still open
+              *_utterance(second), SleepFrame(sleep=TURN_WAIT_S + 2.5)]
+    log.mark()
+    run = await _run(batcher, server, frames, "final", max_tokens=200)
+    finals = [f.text for f in run.taps.frames(TranscriptionFrame)]
+    assert len(finals) == 2 and all(finals)
+    assert run.stats.withdrawn == {"resumed": 1} and run.stats.confirmed == 1
+    assert run.stats.started == {"final": 2}
+    assert log.requests == 2 and log.closed_by_client == 1
+    turns = _turns(run.context)
+    assert [r for r, _ in turns] == ["user", "assistant"] and turns[0][1] == " ".join(finals)
+    assert len(run.out.frames(LLMFullResponseStartFrame)) == 1
