@@ -61,7 +61,8 @@ class SpeculationStats:
 
     started: dict[str, int] = field(default_factory=dict)  # by trigger
     confirmed: int = 0  # turn ended with the speculated text: its reply was used
-    withdrawn: dict[str, int] = field(default_factory=dict)  # by reason: resumed, newer, differs, unresolved
+    # by reason: resumed (VAD start), newer_partial, final_differs, unresolved (turn ended otherwise)
+    withdrawn: dict[str, int] = field(default_factory=dict)
 
     @property
     def total_started(self) -> int:
@@ -125,7 +126,7 @@ class SpeculativeStopMixin:
         if isinstance(frame, TranscriptionFrame) and frame.text.strip() and self._turn_open:
             text = self._turn_text()
             if not self._matches(text):
-                await self._withdraw("newer")
+                await self._withdraw("final_differs")
                 if "final" in self._policy.triggers:
                     await self._speculate(text, "final")
         return result
@@ -140,7 +141,7 @@ class SpeculativeStopMixin:
             self._partial, self._partial_since = text, audio_s
         guess = self._turn_text(text)
         if self._speculation is not None and not self._matches(guess):
-            await self._withdraw("newer")  # the caller went on
+            await self._withdraw("newer_partial")  # the caller went on
         if self._speculation is not None:
             return
         if self._paused and "pause" in self._policy.triggers:
@@ -160,7 +161,7 @@ class SpeculativeStopMixin:
         if self._speculation is not None:
             if self._matches(text):
                 return  # already answering this text
-            await self._withdraw("newer")
+            await self._withdraw("final_differs" if trigger == "final" else "newer_partial")
         self._speculation = UserTurnSpeculation(text=text)
         stats = self.speculation_stats
         stats.started[trigger] = stats.started.get(trigger, 0) + 1
@@ -185,7 +186,7 @@ class SpeculativeStopMixin:
             await self.trigger_user_turn_finalized(enable_user_speaking_frames=enable_user_speaking_frames,
                                                    confirms_speculation=True)
             return
-        await self._withdraw("differs")
+        await self._withdraw("final_differs")
         await super().trigger_user_turn_stopped(enable_user_speaking_frames=enable_user_speaking_frames)
 
     async def handle_user_turn_started(self):

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from pipecat.frames.frames import (
@@ -57,6 +58,9 @@ from asr.parakeet.tiny import synthetic_speech
 pytest.importorskip("llama_cpp")
 
 TURN_WAIT_S = 0.8  # silence after the VAD stop before the turn ends
+# A reply long enough to be still streaming when a speculation is withdrawn, so the server sees the close.
+LONG = LLMConfig(temperature=0.0, max_tokens=60, system_prompt=(
+    "You are a patient storyteller. Whatever the user says, answer with a long story of at least ten sentences."))
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +74,10 @@ def server(tmp_path_factory) -> ManagedLLMServer:
     srv = embedded_llama_server(threads=2, log_path=log)
     srv.env = dict(os.environ, PYTHONUNBUFFERED="1")  # the log is read while the server runs
     with srv:
+        for system in (LLMConfig().system_prompt, LONG.system_prompt):  # first requests pay one-off costs
+            httpx.post(f"{srv.base_url}/chat/completions", timeout=120, json={
+                "model": srv.model_id, "max_tokens": 4, "messages": [{"role": "system", "content": system},
+                                                                     {"role": "user", "content": "Hello."}]})
         yield srv
 
 
@@ -122,6 +130,7 @@ class TurnRun:
     taps: Stamped  # between the STT and the user aggregator
     out: Stamped  # after the LLM stage
     stats: SpeculationStats
+    requests_sent: list[float]  # when the LLM stage sent each chat request
 
 
 def _speech(clip: np.ndarray, pace_s: float = 0.004) -> list[Frame]:
@@ -138,47 +147,45 @@ def _utterance(clip: np.ndarray) -> list[Frame]:
 
 
 async def _run(batcher: StreamBatcher, server: ManagedLLMServer, frames: list[Frame], speculate: str,
-               max_tokens: int = 24) -> TurnRun:
+               llm_config: LLMConfig | None = None, turn_wait_s: float = TURN_WAIT_S) -> TurnRun:
     stats = SpeculationStats()
     triggers = parse_triggers(speculate)
     if triggers:
-        stop = SpeculativeSpeechTimeoutStopStrategy(user_speech_timeout=TURN_WAIT_S,
+        stop = SpeculativeSpeechTimeoutStopStrategy(user_speech_timeout=turn_wait_s,
                                                     policy=SpeculationPolicy(triggers), stats=stats)
     else:
-        stop = SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=TURN_WAIT_S)
+        stop = SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=turn_wait_s)
     context = LLMContext()
     pair = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
         user_turn_strategies=UserTurnStrategies(start=[VADUserTurnStartStrategy()], stop=[stop])))
-    llm = CadenceLLMService(LLMConfig(temperature=0.0, max_tokens=max_tokens), server.base_url, server.model_id)
+    llm_config = llm_config or LLMConfig(temperature=0.0, max_tokens=24)
+    sent: list[float] = []
+
+    async def note(request: httpx.Request) -> None:
+        if request.url.path.endswith("/chat/completions"):
+            sent.append(time.monotonic())
+
+    http = httpx.AsyncClient(event_hooks={"request": [note]})
+    llm = CadenceLLMService(llm_config, server.base_url, server.model_id, http_client=http)
     taps, out = Stamped(), Stamped()
     stt = ParakeetSTTService(batcher, preroll_s=0.0, audio_passthrough=False)
     pipeline = Pipeline([stt, taps, pair.user(), llm, out, pair.assistant()])
-    await run_test(pipeline, frames_to_send=frames, pipeline_params=PipelineParams(audio_in_sample_rate=16000))
-    return TurnRun(context, taps, out, stats)
+    try:
+        await run_test(pipeline, frames_to_send=frames, pipeline_params=PipelineParams(audio_in_sample_rate=16000))
+    finally:
+        await http.aclose()
+    return TurnRun(context, taps, out, stats, sent)
 
 
 def _turns(context: LLMContext) -> list[tuple[str, str]]:
     return [(m["role"], m["content"]) for m in context.messages if m["role"] in ("user", "assistant")]
 
 
-def _gap_to_first_token(run: TurnRun) -> float:
-    """Turn end (the UserStoppedSpeakingFrame past the LLM stage) -> the reply's first token there."""
-    end = run.out.first(UserStoppedSpeakingFrame)
-    token = run.out.first(LLMTextFrame)
-    assert end is not None and token is not None
-    return token - end
-
-
-async def test_a_hit_uses_the_speculative_stream_and_its_tokens_are_ready_at_turn_end(batcher, server):
+async def test_a_hit_uses_the_speculative_stream_made_before_the_turn_ended(batcher, server):
     log = ServerLog(server)
     clip = synthetic_speech(1.6, seed=21)
-    frames = [*_utterance(clip), SleepFrame(sleep=TURN_WAIT_S + 2.5)]
-
     log.mark()
-    off = await _run(batcher, server, frames, "")
-    assert log.requests == 1
-    log.mark()
-    on = await _run(batcher, server, frames, "final")
+    on = await _run(batcher, server, [*_utterance(clip), SleepFrame(sleep=TURN_WAIT_S + 2.5)], "final")
 
     final = " ".join(f.text for f in on.taps.frames(TranscriptionFrame))
     assert final, "the tiny model says nothing for this clip: pick one it transcribes"
@@ -188,10 +195,12 @@ async def test_a_hit_uses_the_speculative_stream_and_its_tokens_are_ready_at_tur
     assert [r for r, _ in _turns(on.context)] == ["user", "assistant"]
     assert _turns(on.context)[0][1] == final and _turns(on.context)[1][1].strip()
     assert len(on.out.frames(LLMFullResponseStartFrame)) == 1
-    # the speculative reply had its first token before the turn ended: it is released at the turn end,
-    # while without speculation the request only starts then
-    gain = _gap_to_first_token(off) - _gap_to_first_token(on)
-    assert _gap_to_first_token(on) < 0.05 and gain > 0.02, (_gap_to_first_token(off), _gap_to_first_token(on))
+    # the one request went out at the final, TURN_WAIT_S before the turn ended (without speculation it goes
+    # out at the turn end): the first token is that much earlier, up to the time to first token
+    # (bench/speculative_llm.py measures it; on these shared cores a timing assertion would be noise)
+    turn_end = on.out.first(UserStoppedSpeakingFrame)
+    assert len(on.requests_sent) == 1 and on.requests_sent[0] < turn_end - TURN_WAIT_S / 2
+    assert on.out.first(LLMTextFrame) >= turn_end
     # nothing of the reply went out before the turn ended
     assert on.out.first(LLMFullResponseStartFrame) >= on.out.first(UserStoppedSpeakingFrame)
 
@@ -201,25 +210,25 @@ async def test_a_miss_cancels_the_speculative_request_and_answers_the_final_tran
     log = ServerLog(server)
     clip = synthetic_speech(2.0, seed=24)
     log.mark()
-    run = await _run(batcher, server, [*_utterance(clip), SleepFrame(sleep=TURN_WAIT_S + 2.5)], "pause",
-                     max_tokens=200)
+    run = await _run(batcher, server, [*_utterance(clip), SleepFrame(sleep=4.0)], "pause", LONG, turn_wait_s=0.3)
     partials = [f.text for f in run.taps.frames(InterimTranscriptionFrame)]
     final = " ".join(f.text for f in run.taps.frames(TranscriptionFrame))
     assert partials and final and partials[-1] != final, "premise: the last partial is not the final"
     assert run.stats.started == {"pause": 1} and run.stats.confirmed == 0
-    assert run.stats.withdrawn == {"differs": 1}
-    assert log.requests == 2  # the speculative one and the turn's own
-    assert log.closed_by_client == 1  # the server saw the speculative stream closed
+    assert run.stats.withdrawn == {"final_differs": 1}
+    assert len(run.requests_sent) == 2  # the speculative one and the turn's own
+    # The server completed only the turn's own: the client closed the speculative one (the final came
+    # ~50 ms after it) before the server answered it (no access-log line, no tokens) or while it streamed
+    # (a disconnect line; the resumed-caller test below always takes that path).
+    assert log.requests - log.closed_by_client == 1, (log.requests, log.closed_by_client)
     assert _turns(run.context) == [("user", final), ("assistant", _turns(run.context)[1][1])]
     reply = _turns(run.context)[1][1]
     assert len(run.out.frames(LLMFullResponseStartFrame)) == 1  # the withdrawn reply never went out
     assert reply == "".join(f.text for f in run.out.frames(LLMTextFrame))
     # the reply answers the final transcript: the same request, made directly, gives the same text
-    import httpx
-
     direct = httpx.post(f"{server.base_url}/chat/completions", timeout=60, json={
-        "model": server.model_id, "max_tokens": 200, "temperature": 0.0,
-        "messages": [{"role": "system", "content": LLMConfig().system_prompt}, {"role": "user", "content": final}],
+        "model": server.model_id, "max_tokens": LONG.max_tokens, "temperature": 0.0,
+        "messages": [{"role": "system", "content": LONG.system_prompt}, {"role": "user", "content": final}],
     }).json()["choices"][0]["message"]["content"]
     assert reply.strip() == direct.strip()
 
@@ -227,15 +236,16 @@ async def test_a_miss_cancels_the_speculative_request_and_answers_the_final_tran
 async def test_a_caller_who_resumes_cancels_the_speculation_and_no_turn_is_lost_or_doubled(batcher, server):
     log = ServerLog(server)
     first, second = synthetic_speech(1.6, seed=21), synthetic_speech(1.2, seed=22)
-    frames = [*_utterance(first), SleepFrame(sleep=0.35),  # the final is in, the turn is still open
-              *_utterance(second), SleepFrame(sleep=TURN_WAIT_S + 2.5)]
+    frames = [*_utterance(first), SleepFrame(sleep=0.3),  # the final is in, the turn is still open
+              *_utterance(second), SleepFrame(sleep=TURN_WAIT_S + 3.0)]
     log.mark()
-    run = await _run(batcher, server, frames, "final", max_tokens=200)
+    run = await _run(batcher, server, frames, "final", LONG)
     finals = [f.text for f in run.taps.frames(TranscriptionFrame)]
     assert len(finals) == 2 and all(finals)
     assert run.stats.withdrawn == {"resumed": 1} and run.stats.confirmed == 1
     assert run.stats.started == {"final": 2}
-    assert log.requests == 2 and log.closed_by_client == 1
+    assert len(run.requests_sent) == 2
+    assert log.requests == 2 and log.closed_by_client == 1  # the server saw the speculative stream closed
     turns = _turns(run.context)
     assert [r for r, _ in turns] == ["user", "assistant"] and turns[0][1] == " ".join(finals)
     assert len(run.out.frames(LLMFullResponseStartFrame)) == 1
