@@ -15,7 +15,8 @@ Triggers (``llm.speculate``, comma-separated):
 - ``pause``: the VAD says the caller stopped; speculate on the newest partial.
 - ``stable``: a partial the STT marks stable (``ParakeetPartial.stable``: ``stable_partials`` in a row)
   whose text has held for at least ``stable_ms`` of audio, while the caller may still be talking.
-- ``final``: a final transcript arrives while the turn is still open (the turn detector undecided).
+- ``final``: a final transcript arrives while the caller is quiet and the turn is still open (the turn
+  detector undecided: smart-turn judged the sentence unfinished, or the silence timeout runs).
 
 Withdrawn when the caller goes on (a VAD start, or a newer partial or final whose text the speculation
 does not match) or when the turn's final text differs (normalized: case, punctuation, spacing).
@@ -127,7 +128,9 @@ class SpeculativeStopMixin:
             text = self._turn_text()
             if not self._matches(text):
                 await self._withdraw("final_differs")
-                if "final" in self._policy.triggers:
+                # A final processed after the caller already went on (smart-turn's analysis of the VAD
+                # stop can hold it back) answers a turn that is not over: no speculation on it.
+                if "final" in self._policy.triggers and self._paused:
                     await self._speculate(text, "final")
         return result
 

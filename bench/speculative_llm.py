@@ -80,11 +80,16 @@ async def one_turn(engines: Engines, utterance: np.ndarray, speculate: str, max_
     if script.speech_end_times:
         eos = script.speech_end_times[0] - (padded_s(utterance) - last_voiced_s(utterance))
     first = None if timing is None else timing.llm_first_token
+    turn_end = None if timing is None else timing.turn_end
     started = {k: v - before["started"].get(k, 0) for k, v in after["started"].items()}
     withdrawn = {k: v - before["withdrawn"].get(k, 0) for k, v in after["withdrawn"].items()}
     return {
         "heard": timing.transcript_text if timing else "",
         "eos_to_llm_first_token_ms": None if first is None or eos is None else (first - eos) * 1000.0,
+        # the turn detector's decision -> first token: the LLM's time to first token, less what a speculative
+        # request started before the decision hid of it (its held tokens go out at the decision)
+        "turn_end_to_llm_first_token_ms": None if first is None or turn_end is None else (first - turn_end) * 1000.0,
+        "eos_to_turn_end_ms": None if turn_end is None or eos is None else (turn_end - eos) * 1000.0,
         "stages_ms": timing.stages_ms(end_of_speech=eos) if timing and eos is not None else {},
         "started": {k: v for k, v in started.items() if v},
         "withdrawn": {k: v for k, v in withdrawn.items() if v},
@@ -133,8 +138,13 @@ async def main(args: argparse.Namespace) -> dict:
         turns = [r[mode] for r in rows]
         lat = [t["eos_to_llm_first_token_ms"] for t in turns if t["eos_to_llm_first_token_ms"] is not None]
         started = sum(sum(t["started"].values()) for t in turns)
+        after_end = [t["turn_end_to_llm_first_token_ms"] for t in turns if t["turn_end_to_llm_first_token_ms"] is not None]
+        ends = [t["eos_to_turn_end_ms"] for t in turns if t["eos_to_turn_end_ms"] is not None]
         summary[mode or "off"] = {
             "eos_to_llm_first_token_ms": {**summarize(lat), "mean": float(np.mean(lat)) if lat else None},
+            "turn_end_to_llm_first_token_ms": {**summarize(after_end),
+                                               "mean": float(np.mean(after_end)) if after_end else None},
+            "eos_to_turn_end_ms": summarize(ends),
             "turns": len(turns),
             "answered": len(lat),
             "hits": sum(t["confirmed"] for t in turns),
@@ -175,12 +185,15 @@ def _ms(value: float | None) -> str:
 
 def report(out: dict) -> None:
     print(f"\n{out['turns_per_mode']} turns per mode; end of speech -> LLM first token (ms)")
-    print(f"{'mode':14s} {'p50':>6s} {'p90':>6s} {'mean':>6s} {'hit rate':>9s} {'spec req':>9s} {'wasted':>7s} {'server':>7s}")
+    print(f"{'mode':14s} {'p50':>6s} {'p90':>6s} {'mean':>6s} {'end->tok':>8s} {'hit rate':>9s} {'spec req':>9s} "
+          f"{'wasted':>7s} {'server':>7s}")
     for name, s in out["modes"].items():
         lat = s["eos_to_llm_first_token_ms"]
         cells = " ".join(f"{lat[k]:6.0f}" if lat.get(k) is not None else f"{'-':>6s}" for k in ("p50", "p90", "mean"))
-        print(f"{name:14s} {cells} {s['hit_rate']:9.2f} {s['speculative_requests']:9d} {s['wasted_requests']:7d} "
-              f"{s['server_requests']:7d}")
+        after = s["turn_end_to_llm_first_token_ms"].get("p50")
+        after_cell = f"{after:8.0f}" if after is not None else f"{'-':>8s}"
+        print(f"{name:14s} {cells} {after_cell} {s['hit_rate']:9.2f} {s['speculative_requests']:9d} "
+              f"{s['wasted_requests']:7d} {s['server_requests']:7d}")
 
 
 if __name__ == "__main__":
