@@ -59,7 +59,8 @@ pytest.importorskip("llama_cpp")
 
 TURN_WAIT_S = 0.8  # silence after the VAD stop before the turn ends
 # A reply long enough to be still streaming when a speculation is withdrawn, so the server sees the close.
-LONG = LLMConfig(temperature=0.0, max_tokens=60, system_prompt=(
+# Timeouts generous: the cores are shared, and these tests are about which requests, not how fast.
+LONG = LLMConfig(temperature=0.0, max_tokens=40, request_timeout_s=120.0, system_prompt=(
     "You are a patient storyteller. Whatever the user says, answer with a long story of at least ten sentences."))
 
 
@@ -158,7 +159,7 @@ async def _run(batcher: StreamBatcher, server: ManagedLLMServer, frames: list[Fr
     context = LLMContext()
     pair = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
         user_turn_strategies=UserTurnStrategies(start=[VADUserTurnStartStrategy()], stop=[stop])))
-    llm_config = llm_config or LLMConfig(temperature=0.0, max_tokens=24)
+    llm_config = llm_config or LLMConfig(temperature=0.0, max_tokens=24, request_timeout_s=120.0)
     sent: list[float] = []
 
     async def note(request: httpx.Request) -> None:
