@@ -39,6 +39,7 @@ from pipecat.tests.utils import SleepFrame, run_test
 from pipecat.turns.user_start import VADUserTurnStartStrategy
 from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
+from pipecat.utils.time import time_now_iso8601
 
 from agent.config import LLMConfig
 from agent.llm_server import ManagedLLMServer, embedded_llama_server
@@ -51,8 +52,8 @@ from agent.speculative_turn import (
 )
 from asr.parakeet.batcher import StreamBatcher
 from asr.parakeet.engine import ParakeetEngine
-from asr.parakeet.streaming import StreamConfig
-from asr.parakeet.stt_service import ParakeetSTTService
+from asr.parakeet.streaming import StreamConfig, StreamResult
+from asr.parakeet.stt_service import ParakeetPartial, ParakeetSTTService
 from asr.parakeet.tiny import synthetic_speech
 
 pytest.importorskip("llama_cpp")
@@ -249,4 +250,64 @@ async def test_a_caller_who_resumes_cancels_the_speculation_and_no_turn_is_lost_
     assert log.requests == 2 and log.closed_by_client == 1  # the server saw the speculative stream closed
     turns = _turns(run.context)
     assert [r for r, _ in turns] == ["user", "assistant"] and turns[0][1] == " ".join(finals)
+    assert len(run.out.frames(LLMFullResponseStartFrame)) == 1
+
+
+def _partial(text: str, repeats: int, audio_s: float) -> InterimTranscriptionFrame:
+    result = ParakeetPartial(StreamResult(1, False, text, [], [], [], audio_s), repeats, repeats >= 2)
+    return InterimTranscriptionFrame(text, "caller", time_now_iso8601(), result=result)
+
+
+def _final(text: str) -> TranscriptionFrame:
+    frame = TranscriptionFrame(text, "caller", time_now_iso8601())
+    frame.finalized = True
+    return frame
+
+
+async def _run_text(server: ManagedLLMServer, frames: list[Frame], speculate: str) -> TurnRun:
+    """The aggregator and LLM stage fed transcript frames as ParakeetSTTService pushes them (the tiny random
+    model's text changes with every partial, even over silence, so it never produces a stable one)."""
+    stats = SpeculationStats()
+    stop = SpeculativeSpeechTimeoutStopStrategy(user_speech_timeout=TURN_WAIT_S,
+                                                policy=SpeculationPolicy(parse_triggers(speculate)), stats=stats)
+    context = LLMContext()
+    pair = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
+        user_turn_strategies=UserTurnStrategies(start=[VADUserTurnStartStrategy()], stop=[stop])))
+    sent: list[float] = []
+
+    async def note(request: httpx.Request) -> None:
+        sent.append(time.monotonic())
+
+    http = httpx.AsyncClient(event_hooks={"request": [note]})
+    llm = CadenceLLMService(LONG, server.base_url, server.model_id, http_client=http)
+    taps, out = Stamped(), Stamped()
+    try:
+        await run_test(Pipeline([taps, pair.user(), llm, out, pair.assistant()]), frames_to_send=frames)
+    finally:
+        await http.aclose()
+    return TurnRun(context, taps, out, stats, sent)
+
+
+async def test_a_stable_partial_starts_the_reply_while_the_caller_is_still_talking(server):
+    frames = [VADUserStartedSpeakingFrame(start_secs=0.1), _partial("what time is it", 1, 0.64),
+              _partial("what time is it", 2, 1.28), SleepFrame(sleep=0.4),
+              VADUserStoppedSpeakingFrame(stop_secs=0.2), _final("What time is it?"), SleepFrame(sleep=TURN_WAIT_S + 2)]
+    run = await _run_text(server, frames, "stable")
+    assert run.stats.snapshot() == {"started": {"stable": 1}, "confirmed": 1, "withdrawn": {}, "wasted": 0}
+    assert len(run.requests_sent) == 1 and run.requests_sent[0] < run.taps.first(VADUserStoppedSpeakingFrame)
+    turns = _turns(run.context)
+    assert turns[0] == ("user", "What time is it?") and [r for r, _ in turns] == ["user", "assistant"]
+
+
+async def test_a_stable_partial_the_caller_talks_past_is_withdrawn(server):
+    log = ServerLog(server)
+    log.mark()
+    frames = [VADUserStartedSpeakingFrame(start_secs=0.1), _partial("what time", 1, 0.64),
+              _partial("what time", 2, 1.28), SleepFrame(sleep=0.5), _partial("what time is it", 1, 1.92),
+              VADUserStoppedSpeakingFrame(stop_secs=0.2), _final("What time is it?"), SleepFrame(sleep=TURN_WAIT_S + 2)]
+    run = await _run_text(server, frames, "stable")
+    assert run.stats.started == {"stable": 1} and run.stats.withdrawn == {"newer_partial": 1}
+    assert run.stats.confirmed == 0 and len(run.requests_sent) == 2
+    assert log.closed_by_client == 1  # 0.5 s in, the speculative stream was live: the server saw it closed
+    assert _turns(run.context)[0] == ("user", "What time is it?") and len(_turns(run.context)) == 2
     assert len(run.out.frames(LLMFullResponseStartFrame)) == 1
