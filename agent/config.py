@@ -109,6 +109,15 @@ class LLMConfig:
     apology: str = "Sorry, I can't reach my language model right now. Please try again in a moment."
     # Said when the model returns no text twice in a row (small models sometimes do).
     empty_reply: str = "Sorry, could you say that again?"
+    # Speculative reply (asr.engine = "parakeet"; agent/speculative_turn.py): start the request before the
+    # turn ends on the caller's partial text, held until the final transcript confirms it, cancelled (HTTP
+    # stream closed) if the caller goes on or the final differs. Comma-separated triggers: "pause" (VAD
+    # stop, newest partial), "stable" (a partial stable for asr's 2 partials and >= speculate_stable_ms of
+    # audio), "final" (a final transcript while the caller is quiet and the turn detector undecided); "" = off.
+    # "final" by bench/speculative_llm.py: first token at the turn end instead of ~1 s after it when the
+    # detector waits, nothing when it does not; "pause" wasted every request (asr/parakeet/README.md).
+    speculate: str = "final"
+    speculate_stable_ms: float = 600.0
 
 
 @dataclass
