@@ -1,7 +1,7 @@
 """The engine process (``server.engine_process = true``): one process owns the GPU TTS for every session process.
 
 ``cadence serve`` (the parent, before its workers when ``--workers N``) starts
-``python -m tts.remote.server`` on a Unix socket in a private temporary folder, waits for its ``hello``
+``python -m agent.engine_server`` on a Unix socket in a private temporary folder, waits for its ``hello``
 (sent only after the engine is loaded and warmed), and hands the socket to the session processes
 (``server.engine_socket``), whose TTS stage is then ``tts.remote.client.RemoteTTSEngine``. The child
 runs in its own process group and dies with its parent (``spawn_child``). ``supervise`` restarts it with
@@ -54,7 +54,7 @@ def engine_spec(config: Config) -> dict[str, Any]:
 
 @dataclass
 class ManagedEngineProcess:
-    """``python -m tts.remote.server`` on a private Unix socket, supervised (see the module docstring)."""
+    """``python -m agent.engine_server`` on a private Unix socket, supervised (see the module docstring)."""
 
     spec: dict[str, Any]
     start_timeout_s: float = 600.0
@@ -100,7 +100,7 @@ class ManagedEngineProcess:
         return {k: int(v) for k, v in (self.info.get("peaks") or {}).items()}
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "tts.remote.server", "--socket", self.socket_path,
+        return [sys.executable, "-m", "agent.engine_server", "--socket", self.socket_path,
                 "--spec", json.dumps(self.spec), "--memory-fraction", repr(self.memory_fraction),
                 "--device", str(self.device), "--switch-interval-ms", repr(self.switch_interval_ms)]
 

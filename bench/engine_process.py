@@ -108,9 +108,9 @@ def kokoro_options(tiny: bool) -> dict[str, Any]:
 async def in_process(levels: list[int], duration: float, busy_ms: float, tiny: bool) -> list[dict]:
     import torch
 
+    from agent.engine_server import engine_stats
     from tts.kokoro.engine import KokoroEngine
     from tts.kokoro.options import KokoroOptions
-    from tts.remote.server import engine_stats
 
     torch.set_num_threads(1)
     engine = KokoroEngine(KokoroOptions(**kokoro_options(tiny)))

@@ -29,10 +29,10 @@ THREE_CLAUSES = "Sure, I can help. Your order ships today. It should arrive on F
 
 
 def start_engine_process(path: str) -> subprocess.Popen:
-    """``python -m tts.remote.server`` with the tiny Kokoro; returns once its ``hello`` answers."""
+    """``python -m agent.engine_server`` with the tiny Kokoro; returns once its ``hello`` answers."""
     spec = {"tts": {"engine": "kokoro"}, "kokoro": {**KOKORO, "g2p": g2p_kind()}}
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "tts.remote.server", "--socket", path, "--spec", json.dumps(spec)],
+    proc = subprocess.Popen([sys.executable, "-m", "agent.engine_server", "--socket", path, "--spec", json.dumps(spec)],
                             start_new_session=True, env=env)
     deadline = time.monotonic() + 120
     while True:

@@ -41,7 +41,7 @@ def _asr(tiny_dir: Path) -> ASRConfig:
 def _start(path: str, asr: ASRConfig) -> subprocess.Popen:
     from dataclasses import asdict
 
-    proc = subprocess.Popen([sys.executable, "-m", "tts.remote.server", "--socket", path,
+    proc = subprocess.Popen([sys.executable, "-m", "agent.engine_server", "--socket", path,
                              "--spec", json.dumps({"asr": asdict(asr)})],
                             start_new_session=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     deadline = time.monotonic() + 120

@@ -32,7 +32,7 @@ def test_sigterm_with_an_engine_process_says_goodbye_and_leaves_no_child():
     with cadence_serve("server.engine_process=true", "tts.engine=piper", "asr.engine=parakeet", "vad.turn=silence",
                        "llm.base_url=http://127.0.0.1:9/v1") as srv:
         children = psutil.Process(srv["proc"].pid).children(recursive=True)
-        assert any("tts.remote.server" in " ".join(c.cmdline()) for c in children), children
+        assert any("agent.engine_server" in " ".join(c.cmdline()) for c in children), children
         code, t0, closed_at, caller = asyncio.run(sigterm_mid_call(srv))
     gone, alive = psutil.wait_procs(children, timeout=5)
     assert not alive, f"children outlived cadence serve: {[c.pid for c in alive]}"
@@ -76,7 +76,7 @@ def test_workers_share_one_engine_process_and_ready_follows_it():
         args += ["--set", item]
     with cadence_process(args, r"Cadence is ready: open (http://\S+?)/ ") as srv:
         children = psutil.Process(srv["proc"].pid).children(recursive=True)
-        engines = [c for c in children if "tts.remote.server" in " ".join(c.cmdline())]
+        engines = [c for c in children if "agent.engine_server" in " ".join(c.cmdline())]
         workers = [c for c in children if "--worker-index" in c.cmdline()]
         assert len(engines) == 1 and len(workers) == 2, [c.cmdline() for c in children]
         ready = f"http://127.0.0.1:{probe}/ready"
@@ -88,7 +88,7 @@ def test_workers_share_one_engine_process_and_ready_follows_it():
         assert (r.status_code, r.json()["reason"]) == (503, "the TTS engine process is down (restarting)")
         time.sleep(1.0)  # the supervisor has respawned it (backoff 0.5 s): SIGTERM while it starts
         children = psutil.Process(srv["proc"].pid).children(recursive=True)
-        assert any("tts.remote.server" in " ".join(c.cmdline()) for c in children if c.pid != engines[0].pid)
+        assert any("agent.engine_server" in " ".join(c.cmdline()) for c in children if c.pid != engines[0].pid)
         srv["proc"].send_signal(signal.SIGTERM)
         assert srv["proc"].wait(30) == 0
     gone, alive = psutil.wait_procs(children, timeout=5)

@@ -1,7 +1,7 @@
 """The engine process: the GPU engines (Kokoro's batcher, Parakeet's StreamBatcher) serving every session
 process over one Unix socket.
 
-    python -m tts.remote.server --socket /tmp/cadence-engine.sock --spec '{"tts": {"engine": "kokoro"}}'
+    python -m agent.engine_server --socket /tmp/cadence-engine.sock --spec '{"tts": {"engine": "kokoro"}}'
 
 ``--spec`` names what to host: ``tts`` (``TTSConfig`` fields, ``kokoro`` the ``KokoroOptions``) and/or
 ``asr`` (``ASRConfig`` fields of a Parakeet engine: ``asr.parakeet.remote.StreamHost`` serves its
@@ -265,7 +265,7 @@ async def serve(spec: dict[str, Any], path: str, memory_fraction: float = 0.0, d
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tts.remote.server", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m agent.engine_server", description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
     parser.add_argument("--spec", default="{}", help='JSON: {"tts": {...TTSConfig}, "kokoro": {...KokoroOptions}}')
     parser.add_argument("--memory-fraction", type=float, default=0.0, help="cap torch's CUDA allocator (0: none)")
