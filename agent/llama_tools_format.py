@@ -2,7 +2,7 @@
 
 ``cadence-chatml-tools`` (registered by ``agent.llama_serve``) is llama-cpp-python's
 ``chatml-function-calling`` (a grammar makes the model answer either ``message:`` or ``functions.<name>:`` with JSON arguments
-that fit the tool's schema), with three gaps closed:
+that fit the tool's schema), with four gaps closed:
 
 - "auto" there cannot stream a tool call ("Automatic streaming tool choice is not supported"; pipecat
   always streams) and leaves text answers empty (a grammar meant for the next function name
@@ -10,7 +10,8 @@ that fit the tool's schema), with three gaps closed:
   the tool's arguments stream;
 - ``role: tool`` results are dropped by its template (the model would never see them): here they
   become a user-side note naming the function, so the model can speak the result;
-- a request with tools and no ``tool_choice`` means ``"auto"`` (OpenAI's rule), not "no tools".
+- a request with tools and no ``tool_choice`` means ``"auto"`` (OpenAI's rule), not "no tools";
+- a streamed call names its function once, as OpenAI does (the stock stream repeats it per chunk).
 
 SmolLM2 uses ChatML, so the prompt is the model's own format.
 """
@@ -18,6 +19,7 @@ SmolLM2 uses ChatML, so the prompt is the model's own format.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 FORMAT = "cadence-chatml-tools"
@@ -93,7 +95,27 @@ def chatml_tools_handler(llama: Any, messages: list[dict[str, Any]], tools: list
     if tools and tool_choice in (None, "auto", "required"):
         choice = _auto_choice(llama, messages, tools)
         tool_choice = "none" if choice == "message" else {"type": "function", "function": {"name": choice}}
-    return chatml_function_calling(llama, messages, tools=tools, tool_choice=tool_choice, stream=stream, **kwargs)
+    out = chatml_function_calling(llama, messages, tools=tools, tool_choice=tool_choice, stream=stream, **kwargs)
+    return _name_once(out) if stream and isinstance(tool_choice, dict) else out
+
+
+def _name_once(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The stock stream repeats the function's name (and id) in every chunk; OpenAI clients (pipecat)
+    concatenate name fragments, so after the first chunk of a call they are left out."""
+    named: set[int] = set()
+    for chunk in chunks:
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            delta.pop("function_call", None)
+            for call in delta.get("tool_calls") or []:
+                index = call.get("index", 0)
+                if index in named:
+                    call.pop("id", None)
+                    call.pop("type", None)
+                    (call.get("function") or {}).pop("name", None)
+                else:
+                    named.add(index)
+        yield chunk
 
 
 def register() -> None:

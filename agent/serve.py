@@ -77,6 +77,7 @@ class CadenceServer:
     # Set in a worker of ``cadence serve --workers N`` (agent.workers): the main port is shared with
     # the other workers (SO_REUSEPORT) and the loopback probe also takes ``POST /metrics/reset``.
     worker_index: int | None = None
+    bot: Any = None  # agent.bot.Bot served by every call (``cadence serve --bot``)
 
     async def start_llm(self) -> tuple[str, str]:
         """GPU memory plan (refuse to start if it cannot fit) -> the LLM server if Cadence owns it
@@ -131,6 +132,7 @@ class CadenceServer:
         try:
             self.engines = await asyncio.to_thread(Engines.load, cfg, base_url, model,
                                                    peaks.measure if peaks is not None else None)
+            self.engines.bot = self.bot
             if plan is not None and peaks is not None:
                 self.gpu_memory = self.check_gpu_memory(peaks)
         except BaseException:
@@ -187,7 +189,8 @@ class CadenceServer:
             if oldest == session_id:
                 break
             self.sessions.pop(oldest)
-        limits = SessionLimits(self.config.session.idle_timeout_s, self.config.session.max_duration_s)
+        limits = SessionLimits(self.config.session.idle_timeout_s, self.config.session.max_duration_s,
+                               max_duration_goodbye=self.config.call.max_duration_goodbye)
         if not getattr(transport, "has_input_rate_cap", False) and self.config.session.max_input_rt_ratio > 0:
             # WebRTC hands over RTP as fast as a peer sends it: cap it as the phone line caps itself
             pre_stages = (InputRateLimiter(self.config.session.max_input_rt_ratio, self.config.session.input_burst_s),
