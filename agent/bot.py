@@ -22,6 +22,7 @@ below it); ``settings`` takes any other config key, e.g. ``{"llm.base_url": "htt
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -39,6 +40,8 @@ async def end_call(call: Call) -> Say:
 
 class Bot:
     """A system prompt, a greeting, tools and stage choices: everything one bot needs."""
+
+    cadence_bot = True  # what agent.bot_loader looks for
 
     def __init__(self, system_prompt: str | None = None, *, greeting: str | None = None,
                  tools: Sequence[Callable[..., Any] | Tool] = (), tool_choice: str | dict | None = None,
@@ -81,6 +84,19 @@ class Bot:
                 raise ValueError(f"Bot settings: {dotted!r} is not section.key")
             apply(config, section, key, value, "Bot")
         return config
+
+    async def serve(self, config: Config | None = None, ready: asyncio.Event | None = None,
+                    stop: asyncio.Event | None = None) -> None:
+        """Serve this bot (WebRTC page and phone line) until ``stop`` is set or SIGTERM/SIGINT.
+
+        ``ready`` is set once it listens; ``config.server.port`` then holds the real port (0 picks one).
+        """
+        from agent.server_factory import make_server
+
+        server = make_server(self.configure(config if config is not None else Config()))
+        server.bot = self
+        server.stop_event = stop
+        await server.serve_forever(ready)
 
     def run(self, argv: Sequence[str] | None = None) -> int:
         """``cadence serve`` with this bot (``python mybot.py --port 8080 --set llm.max_tokens=48``)."""

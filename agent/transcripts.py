@@ -56,6 +56,7 @@ class CallTranscript(BaseObserver):
         self._offset_ns: int | None = None
         self._caller: dict[str, Any] | None = None
         self._bot: dict[str, Any] | None = None
+        self._bot_text: list[str] = []
         self._last_caller_end: float | None = None
         self._tools: dict[str, dict[str, Any]] = {}
         self.finished = False
@@ -93,21 +94,30 @@ class CallTranscript(BaseObserver):
             self._bot = {"speaker": "bot", "text": "", "t_start": self._t(at)}
             if self._last_caller_end is not None:
                 self._bot["response_ms"] = round((at - self._last_caller_end) * 1000.0, 1)
-                self._last_caller_end = None
-        elif isinstance(frame, TTSTextFrame) and self._bot is not None:
-            self._bot["text"] = f"{self._bot['text']} {frame.text.strip()}".strip()
+        elif isinstance(frame, TTSTextFrame):  # first pushed by the TTS, which may be before the audio plays
+            self._bot_text.append(frame.text.strip())
         elif isinstance(frame, InterruptionFrame) and self._bot is not None:
             self._bot["interrupted"] = True
         elif isinstance(frame, BotStoppedSpeakingFrame) and self._bot is not None:
             self._bot["t_end"] = self._t(at)
-            self._emit(self._bot)
-            self._bot = None
+            self._bot_done()
         elif isinstance(frame, FunctionCallInProgressFrame):
             self._tools[frame.tool_call_id] = {"speaker": "tool", "name": frame.function_name,
                                                "arguments": dict(frame.arguments), "t_start": self._t(at)}
         elif isinstance(frame, FunctionCallResultFrame) and frame.tool_call_id in self._tools:
             line = self._tools.pop(frame.tool_call_id)
             self._emit({**line, "result": frame.result, "t_end": self._t(at)})
+
+    def _bot_done(self) -> None:
+        assert self._bot is not None
+        self._bot["text"] = " ".join(t for t in self._bot_text if t)
+        self._bot_text.clear()
+        if self._bot["text"] or self._bot.get("interrupted"):
+            self._emit(self._bot)
+            self._last_caller_end = None  # the caller's turn is answered (a bot line with no words is not)
+        else:
+            self._bot.pop("response_ms", None)
+        self._bot = None
 
     def _caller_done(self) -> None:
         assert self._caller is not None
@@ -124,7 +134,7 @@ class CallTranscript(BaseObserver):
             self._caller_done()
         if self._bot is not None:
             self._bot.update(t_end=self._t(), interrupted=True)
-            self._emit(self._bot)
+            self._bot_done()
         for line in self._tools.values():
             self._emit({**line, "result": None, "cancelled": True})
         self._emit({"event": "call_end", "ended_by": ended_by, "duration_s": self._t(),
