@@ -52,7 +52,7 @@ class Bot:
         self._tools: list[Tool] = as_tools(list(tools))
         if hang_up_tool:
             self._tools = as_tools([*self._tools, end_call])
-        self.tool_choice = _tool_choice(tool_choice, [t.name for t in self._tools])
+        self.tool_choice = tool_choice
         overrides = {"llm.system_prompt": system_prompt, "call.greeting": greeting, "call.goodbye": goodbye,
                      "call.idle_after_s": idle_after_s, "call.idle_prompt": idle_prompt,
                      "session.max_duration_s": max_call_s, "call.filler": filler,
@@ -64,6 +64,16 @@ class Bot:
     @property
     def tools(self) -> list[Tool]:
         return list(self._tools)
+
+    @property
+    def tool_choice(self) -> str | dict | None:
+        """What the LLM request carries: None (the server's default, "auto" with tools), "auto", "none",
+        "required", or one tool forced (set by name)."""
+        return _tool_choice(self._tool_choice, [t.name for t in self._tools])
+
+    @tool_choice.setter
+    def tool_choice(self, choice: str | dict | None) -> None:
+        self._tool_choice = choice
 
     def tool(self, fn: Callable[..., Any] | None = None, *, name: str | None = None,
              description: str | None = None, filler: str | None = None) -> Any:

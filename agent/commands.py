@@ -23,7 +23,8 @@ def effective_config(args: argparse.Namespace, bot: Any = None) -> Config:
         if bot is not None:
             bot.configure(config)
             load_config_overrides(config, args.set)
-    except (ConfigError, ValueError) as exc:
+            _ = bot.tool_choice  # a forced tool that does not exist fails here, not at the first call
+    except (ConfigError, ValueError, TypeError) as exc:
         raise UserError(str(exc)) from None
     setup_logging(args.log_level or config.server.log_level)
     return config

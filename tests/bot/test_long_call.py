@@ -20,9 +20,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_thirty_minute_call_stays_inside_the_window():
-    with embedded_llama_server(threads=2, context_size=2048) as server:
+    with embedded_llama_server(threads=2, context_size=2048, api_key="k-long") as server:
         report = asyncio.run(run_long_call(server.base_url, server.model_id, minutes=30, max_tokens=8,
-                                           context_size=2048, api_key=""))
+                                           context_size=2048, api_key="k-long"))
     print(f"turns={report.turns} simulated={report.simulated_s / 60:.1f} min wall={report.wall_s:.1f} s "
           f"trims={report.trims} max_sent~{report.max_estimate_tokens} untrimmed~{report.untrimmed_estimate_tokens} "
           f"slowest turn={max(report.turn_s):.2f} s empty={report.empty_replies}")

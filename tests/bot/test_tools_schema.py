@@ -69,7 +69,7 @@ def test_bad_tools_are_refused_where_they_are_defined():
     with pytest.raises(ToolDefinitionError, match="share the name"):
         Bot("x", tools=[_hello, _hello])
     with pytest.raises(ToolDefinitionError, match="no such tool"):
-        Bot("x", tools=[_hello], tool_choice="goodbye")
+        Bot("x", tools=[_hello], tool_choice="goodbye").tool_choice  # noqa: B018
     with pytest.raises(Exception, match="unknown key"):
         Bot("x", settings={"llm.nope": 1})
 
