@@ -92,7 +92,8 @@ class LLMConfig:
     # llama.cpp threads. Measured on the 2-core box: 2 threads give ~90 ms to first token and
     # ~90 tok/s; 1 thread ~60 tok/s and multi-second first tokens on a cold prefix.
     threads: int = 2
-    context_size: int = 2048  # llama.cpp --n_ctx; vLLM --max-model-len
+    # llama.cpp --n_ctx; vLLM --max-model-len; also the window each call's context is trimmed to fit
+    context_size: int = 2048
     server_start_timeout_s: float = 60.0
     request_timeout_s: float = 10.0
     system_prompt: str = (

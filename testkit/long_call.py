@@ -3,7 +3,7 @@
 Turns go through pipecat's user aggregator -> ``CadenceLLMService`` -> assistant aggregator (the
 same context objects a live call uses), as fast as the server answers: no audio, so 30 minutes
 of call take a fraction of that. Each caller line is a recorded prompt's transcript (Asterisk
-corpus, 5-40 words); the call's simulated clock advances by the time those words and the bot's
+corpus, 12-40 words); the call's simulated clock advances by the time those words and the bot's
 reply take to say (150 words a minute) plus a second of pauses per exchange. Every
 ``tool_every`` turns a tool call and its result are added as pipecat's aggregator adds them, so
 trimming must keep call/result pairs whole and the newest result of each tool.
@@ -66,7 +66,7 @@ class _Watch(BaseObserver):
 def caller_lines(seed: int = 0) -> list[str]:
     from testkit.corpus import prompts
 
-    lines = [p.text for p in prompts(min_words=5, max_words=40)]
+    lines = [p.text for p in prompts(min_words=12, max_words=40)]
     random.Random(seed).shuffle(lines)
     return lines
 
