@@ -75,8 +75,8 @@ def pinned_env(device: int, environ: Mapping[str, str] | None = None) -> dict[st
 
 
 def llama_cpp_command(model: Path, port: int, threads: int, context_size: int, api_key: str = "") -> list[str]:
-    """``llama_cpp.server`` through ``agent.llama_serve``: tool calls (``cadence-chatml-tools``, plain
-    ChatML for requests without tools) and no weight repacking (it crashes on this project's CI CPUs)."""
+    """``llama_cpp.server`` through ``agent.llama_serve``, for tool calls (``cadence-chatml-tools``;
+    plain ChatML for requests without tools)."""
     from agent.llama_tools_format import FORMAT
 
     return [
