@@ -17,6 +17,7 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pytest
 import soxr
 from aiohttp import web
 
@@ -27,6 +28,7 @@ from agent.transcripts import _BACKGROUND
 from testkit.talk_clips import recorded_phrase
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
 
 
 def transcribe(pcm: bytes, rate: int) -> str:
