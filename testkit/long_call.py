@@ -3,8 +3,9 @@
 Turns go through pipecat's user aggregator -> ``CadenceLLMService`` -> assistant aggregator (the
 same context objects a live call uses), as fast as the server answers: no audio, so 30 minutes
 of call take a fraction of that. Each caller line is a recorded prompt's transcript (Asterisk
-corpus, 12-40 words); the call's simulated clock advances by the time those words and the bot's
-reply take to say (150 words a minute) plus a second of pauses per exchange. Every
+corpus, 15-40 words); the call's simulated clock advances by the time those words and the bot's
+reply take to say (150 words a minute) plus 2 s per exchange (the bot's ~0.8 s to answer and the
+caller's pause). Every
 ``tool_every`` turns a tool call and its result are added as pipecat's aggregator adds them, so
 trimming must keep call/result pairs whole and the newest result of each tool.
 """
@@ -29,6 +30,7 @@ from agent.config import LLMConfig
 from agent.llm_stage import CadenceLLMService
 
 WORDS_PER_S = 150 / 60
+PAUSE_S = 2.0  # per exchange: the bot's answer latency and the caller's pause
 
 
 @dataclass
@@ -66,7 +68,7 @@ class _Watch(BaseObserver):
 def caller_lines(seed: int = 0) -> list[str]:
     from testkit.corpus import prompts
 
-    lines = [p.text for p in prompts(min_words=12, max_words=40)]
+    lines = [p.text for p in prompts(min_words=15, max_words=40)]
     random.Random(seed).shuffle(lines)
     return lines
 
@@ -119,7 +121,7 @@ async def run_long_call(base_url: str, model: str, *, minutes: float = 30.0, max
             report.untrimmed_estimate_tokens = int(history_chars / llm.window.chars_per_token)
             report.max_estimate_tokens = max(report.max_estimate_tokens, llm.window.last_estimate)
             words = len(line.split()) + len(reply.split())
-            report.simulated_s += words / WORDS_PER_S + 1.0
+            report.simulated_s += words / WORDS_PER_S + PAUSE_S
             report.turns += 1
             if watch.errors:
                 break
