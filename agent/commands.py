@@ -157,6 +157,8 @@ async def _talk_once(config: Config, utterances: list[Any], bot: Any = None, max
             base_url, model = server.base_url, server.model_id
         engines = await asyncio.to_thread(Engines.load, config, base_url, model)
         engines.bot = bot
+        if bot is not None and bot.tools:  # the prompt with the tool list, cached too
+            await asyncio.to_thread(engines.warm_llm)
         return await talk(engines, utterances, max_wait_s=max_wait_s)
     finally:
         if server is not None:

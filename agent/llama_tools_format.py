@@ -65,8 +65,8 @@ class _PromptCapture:
         raise _Captured
 
 
-def _auto_choice(llama: Any, messages: list[dict[str, Any]], tools: list) -> str:
-    """"message" or the name of the tool the model picks (a grammar allows only those)."""
+def _auto_choice(llama: Any, messages: list[dict[str, Any]], tools: list) -> tuple[str, str]:
+    """"message" or the name of the tool the model picks (a grammar allows only those), and the prompt."""
     from llama_cpp import llama_grammar
     from llama_cpp.llama_chat_format import chatml_function_calling
 
@@ -78,25 +78,42 @@ def _auto_choice(llama: Any, messages: list[dict[str, Any]], tools: list) -> str
                                                      verbose=False)
     text = llama.create_completion(prompt=capture.prompt, temperature=0, stop=[":"], max_tokens=32,
                                    grammar=grammar)["choices"][0]["text"]
-    return text[len("functions."):] if text.startswith("functions.") else "message"
+    return (text[len("functions."):] if text.startswith("functions.") else "message"), capture.prompt
 
 
 def chatml_tools_handler(llama: Any, messages: list[dict[str, Any]], tools: list | None = None,
                          tool_choice: Any = None, stream: bool = False, **kwargs: Any) -> Any:
     """The ``cadence-chatml-tools`` chat completion handler (see the module docstring).
 
-    "auto" is decided here in one grammar-constrained step; then either a plain ChatML answer
-    (streamed, no grammar: the stock handler's follow-up grammar leaves text answers empty) or
-    the chosen tool's arguments (the stock forced-tool path, which streams).
+    "auto" is decided here in one grammar-constrained step; then either a text answer on the same
+    prompt (no grammar: the stock handler's follow-up grammar leaves text answers empty) or the
+    chosen tool's arguments (the stock forced-tool path, which streams).
     """
     from llama_cpp.llama_chat_format import chatml_function_calling
 
     messages = plain_messages(messages)
     if tools and tool_choice in (None, "auto", "required"):
-        choice = _auto_choice(llama, messages, tools)
-        tool_choice = "none" if choice == "message" else {"type": "function", "function": {"name": choice}}
+        choice, prompt = _auto_choice(llama, messages, tools)
+        if choice == "message":  # answer on the same prompt: the server's prefix cache holds
+            return _message(llama, prompt + "message:\n", stream, kwargs)
+        tool_choice = {"type": "function", "function": {"name": choice}}
     out = chatml_function_calling(llama, messages, tools=tools, tool_choice=tool_choice, stream=stream, **kwargs)
     return _name_once(out) if stream and isinstance(tool_choice, dict) else out
+
+
+_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "typical_p", "max_tokens", "presence_penalty",
+             "frequency_penalty", "repeat_penalty", "seed", "model", "logits_processor")
+
+
+def _message(llama: Any, prompt: str, stream: bool, kwargs: dict[str, Any]) -> Any:
+    """A plain text answer to ``prompt``, as a chat completion (or its stream)."""
+    from llama_cpp.llama_chat_format import _convert_completion_to_chat
+
+    stop = kwargs.get("stop") or []
+    stop = [stop] if isinstance(stop, str) else list(stop)
+    sampling = {k: kwargs[k] for k in _SAMPLING if kwargs.get(k) is not None}
+    completion = llama.create_completion(prompt=prompt, stop=[*stop, "<|im_end|>"], stream=stream, **sampling)
+    return _convert_completion_to_chat(completion, stream=stream)
 
 
 def _name_once(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:

@@ -108,7 +108,8 @@ class Engines:
             pass
 
     def warm_llm(self) -> None:
-        """One short completion with the system prompt, so its prefix is cached server-side.
+        """One short completion with the system prompt (and the bot's tools), so its prefix is cached
+        server-side.
 
         A server that cannot be reached is not fatal here: callers then hear the apology.
         """
@@ -116,6 +117,8 @@ class Engines:
         body = {"model": self.llm_model or "default", "max_tokens": 1, "stream": False,
                 "messages": [{"role": "system", "content": self.config.llm.system_prompt},
                              {"role": "user", "content": "Hello."}]}
+        if self.bot is not None and self.bot.tools:
+            body["tools"] = [{"type": "function", "function": t.schema.to_default_dict()} for t in self.bot.tools]
         try:
             httpx.post(f"{self.llm_base_url}/chat/completions", json=body, timeout=30,
                        headers={"Authorization": f"Bearer {self.config.llm.api_key}"})

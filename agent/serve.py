@@ -133,6 +133,8 @@ class CadenceServer:
             self.engines = await asyncio.to_thread(Engines.load, cfg, base_url, model,
                                                    peaks.measure if peaks is not None else None)
             self.engines.bot = self.bot
+            if self.bot is not None and self.bot.tools:  # the prompt with the tool list, cached too
+                await asyncio.to_thread(self.engines.warm_llm)
             if plan is not None and peaks is not None:
                 self.gpu_memory = self.check_gpu_memory(peaks)
         except BaseException:
