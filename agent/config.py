@@ -99,7 +99,8 @@ class LLMConfig:
     # llama.cpp threads. Measured on the 2-core box: 2 threads give ~90 ms to first token and
     # ~90 tok/s; 1 thread ~60 tok/s and multi-second first tokens on a cold prefix.
     threads: int = 2
-    context_size: int = 2048  # llama.cpp --n_ctx; vLLM --max-model-len
+    # llama.cpp --n_ctx; vLLM --max-model-len; also the window each call's context is trimmed to fit
+    context_size: int = 2048
     server_start_timeout_s: float = 60.0
     request_timeout_s: float = 10.0
     system_prompt: str = (
@@ -170,6 +171,32 @@ class SessionConfig:
 
 
 @dataclass
+class CallConfig:
+    """What a call sounds like beyond the answers: greeting, idle prompts, tool calls, transcripts."""
+
+    greeting: str = ""  # said as soon as the caller is connected; empty: the caller speaks first
+    # Silence (after the bot spoke) before the bot asks ``idle_prompt``; 0: never. After
+    # ``idle_prompts`` unanswered prompts the bot says ``goodbye`` and hangs up.
+    idle_after_s: float = 0.0
+    idle_prompt: str = "Are you still there?"
+    idle_prompts: int = 2
+    goodbye: str = "Thank you for calling. Goodbye."
+    # Said when the call reaches session.max_duration_s, before it is ended.
+    max_duration_goodbye: str = "Sorry, we have reached the time limit for this call. Goodbye."
+    # Tool calls: a filler while a tool runs longer than filler_after_s; what an error sounds like.
+    filler: str = "One moment, please."
+    filler_after_s: float = 0.8
+    tool_error_reply: str = "Sorry, something went wrong on my side with that. Could we try another way?"
+    tool_timeout_s: float = 20.0
+    # Non-empty: each call's transcript (per-turn timing) as JSON lines in <dir>/<call id>.jsonl.
+    transcripts_dir: str = ""
+    # Non-empty: the transcript is POSTed here as JSON when the call ends (retried, in the background).
+    webhook_url: str = ""
+    webhook_attempts: int = 4
+    webhook_timeout_s: float = 5.0
+
+
+@dataclass
 class GPUConfig:
     device: int = 0
     asr_fraction: float = 0.0
@@ -212,6 +239,7 @@ class Config:
     budgets: BudgetsConfig = field(default_factory=BudgetsConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     session: SessionConfig = field(default_factory=SessionConfig)
+    call: CallConfig = field(default_factory=CallConfig)
     gpu: GPUConfig = field(default_factory=GPUConfig)
     # The phone transport's own options dataclass is the [phone] section (one definition).
     phone: PhoneOptions = field(default_factory=PhoneOptions)

@@ -75,8 +75,13 @@ def pinned_env(device: int, environ: Mapping[str, str] | None = None) -> dict[st
 
 
 def llama_cpp_command(model: Path, port: int, threads: int, context_size: int, api_key: str = "") -> list[str]:
+    """``llama_cpp.server`` through ``agent.llama_serve``, for tool calls (``cadence-chatml-tools``;
+    plain ChatML for requests without tools)."""
+    from agent.llama_tools_format import FORMAT
+
     return [
-        sys.executable, "-m", "llama_cpp.server",
+        sys.executable, "-m", "agent.llama_serve",
+        "--chat_format", FORMAT,
         "--model", str(model),
         "--host", "127.0.0.1",
         "--port", str(port),

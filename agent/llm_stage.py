@@ -2,20 +2,28 @@
 
 Differences from stock ``OpenAILLMService``: no silent client retries (a retry doubles the
 caller's wait), a bounded request timeout, and when the server cannot be reached the caller
-hears a short spoken apology instead of silence, while the session stays up.
+hears a short spoken apology instead of silence, while the session stays up. The context is
+kept inside the model's window (``agent.context_window``) before every request; a turn that
+ends in a tool call is not an empty answer (no retry); a forced tool choice applies to the
+caller's turn, not to the answer after the tool's result (forcing it again would loop).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import httpx
 from loguru import logger
 from openai import APIConnectionError, APIStatusError, APITimeoutError, AsyncOpenAI
-from pipecat.frames.frames import Frame, LLMTextFrame, TTSSpeakFrame
+from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+from pipecat.frames.frames import Frame, FunctionCallFromLLM, LLMTextFrame, TTSSpeakFrame
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.openai.llm import OpenAILLMService
 
 from agent.config import LLMConfig
+from agent.context_window import ContextWindow
 
 UNREACHABLE = (APIConnectionError, APITimeoutError, httpx.TransportError, TimeoutError)
 
@@ -30,6 +38,8 @@ class CadenceLLMService(OpenAILLMService):
         self._empty_reply = config.empty_reply
         self._http_client = http_client
         self._produced_text = False
+        self._called_tools = False
+        self.window = ContextWindow(window_tokens=config.context_size, reply_tokens=config.max_tokens)
         self.unreachable_count = 0
         self.empty_count = 0
         super().__init__(
@@ -62,12 +72,43 @@ class CadenceLLMService(OpenAILLMService):
             self._produced_text = True
         await super().push_frame(frame, direction)
 
+    def build_chat_completion_params(self, params_from_context: Any) -> dict:
+        params = super().build_chat_completion_params(params_from_context)
+        choice = params.get("tool_choice")
+        messages = params.get("messages") or []
+        forced = isinstance(choice, dict) or choice == "required"
+        if forced and messages and messages[-1].get("role") == "tool":
+            params["tool_choice"] = "none"
+        return params
+
+    async def run_function_calls(self, function_calls: Sequence[FunctionCallFromLLM]):
+        if function_calls:
+            self._called_tools = True
+        await super().run_function_calls(function_calls)
+
+    def fit_window(self, context: LLMContext) -> None:
+        """Trim the oldest turns when the context would overflow the model's window."""
+        tools = context.tools if isinstance(context.tools, ToolsSchema) else None
+        schemas = [t.to_default_dict() for t in tools.standard_tools] if tools else None
+        messages = list(context.get_messages())
+        if not all(isinstance(m, dict) for m in messages):
+            return  # provider-specific messages: not ours to cut
+        system = self._settings.system_instruction
+        head = [{"role": "system", "content": system}] if isinstance(system, str) and system else []
+        trimmed = self.window.fit(head + messages, schemas)
+        if trimmed is not None:
+            logger.info(f"{self}: context trimmed to fit {self.window.window_tokens} tokens: "
+                        f"{len(messages)} -> {len(trimmed) - len(head)} messages")
+            context.set_messages(trimmed[len(head):])
+
     async def _process_context(self, context: LLMContext):
+        self.fit_window(context)
         try:
             for attempt in range(2):  # a completion with no text is retried once
                 self._produced_text = False
+                self._called_tools = False
                 await super()._process_context(context)
-                if self._produced_text:
+                if self._produced_text or self._called_tools:
                     return
                 logger.warning(f"{self}: the LLM returned no text (attempt {attempt + 1})")
             self.empty_count += 1

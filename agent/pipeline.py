@@ -14,13 +14,14 @@ from typing import Any
 
 import httpx
 from loguru import logger
+from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.audio.turn.smart_turn.base_smart_turn import SmartTurnParams
 from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADParams
 from pipecat.observers.base_observer import BaseObserver
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
-from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_context import NOT_GIVEN, LLMContext
 from pipecat.processors.aggregators.llm_response_universal import (
     LLMContextAggregatorPair,
     LLMUserAggregatorParams,
@@ -31,7 +32,9 @@ from pipecat.turns.user_start import VADUserTurnStartStrategy
 from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy, TurnAnalyzerUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
-from agent.config import Config
+from agent.call_control import CallControl
+from agent.call_control import install as install_call_control
+from agent.config import CallConfig, Config
 from agent.fast_barge_in import FastBargeIn
 from agent.llm_stage import CadenceLLMService
 from agent.models import piper_voice
@@ -44,6 +47,8 @@ from agent.speculative_turn import (
     SpeculativeTurnAnalyzerStopStrategy,
     parse_triggers,
 )
+from agent.tool_calls import ToolCallStyle, register_tools
+from agent.transcripts import CallTranscript
 from tts.engines import TTSEngine, create_engine
 from tts.service import CadenceTTSService
 
@@ -60,6 +65,7 @@ class Engines:
     # ``info["asr"]``); None: every engine in this process.
     engine_info: dict[str, Any] | None = None
     speculation_stats: SpeculationStats = field(default_factory=SpeculationStats)
+    bot: Any = None  # agent.bot.Bot: its tools and tool choice for every call (its settings are in config)
     _llm_http: tuple[Any, httpx.AsyncClient] | None = field(default=None, repr=False)
 
     def llm_http(self) -> httpx.AsyncClient:
@@ -130,7 +136,8 @@ class Engines:
             pass
 
     def warm_llm(self) -> None:
-        """One short completion with the system prompt, so its prefix is cached server-side.
+        """One short completion with the system prompt (and the bot's tools), so its prefix is cached
+        server-side.
 
         A server that cannot be reached is not fatal here: callers then hear the apology.
         """
@@ -138,6 +145,8 @@ class Engines:
         body = {"model": self.llm_model or "default", "max_tokens": 1, "stream": False,
                 "messages": [{"role": "system", "content": self.config.llm.system_prompt},
                              {"role": "user", "content": "Hello."}]}
+        if self.bot is not None and self.bot.tools:
+            body["tools"] = [{"type": "function", "function": t.schema.to_default_dict()} for t in self.bot.tools]
         try:
             httpx.post(f"{self.llm_base_url}/chat/completions", json=body, timeout=30,
                        headers={"Authorization": f"Bearer {self.config.llm.api_key}"})
@@ -210,23 +219,35 @@ def build_worker(
     observers: Sequence[BaseObserver] = (),
     pre_stages: Sequence[Any] = (),
     audio_out_sample_rate: int | None = None,
+    session_id: str = "call",
+    ended_by: Callable[[], str | None] | None = None,
 ) -> PipelineWorker:
     """A fresh pipeline for one caller on the shared engines.
 
     ``audio_out_sample_rate`` lets a transport take TTS audio at its own rate (8 kHz for phone
     lines), so audio is resampled once. A transport with ``has_own_barge_in`` (the phone line's
-    clear-and-hold) gets no ``FastBargeIn`` stage on top.
+    clear-and-hold) gets no ``FastBargeIn`` stage on top. The bot's tools (``engines.bot``) are
+    registered on the LLM; ``[call]`` adds the greeting, idle prompts and the transcript.
     """
     config = engines.config
     fast_barge_in = config.vad.fast_barge_in and not getattr(transport, "has_own_barge_in", False)
     stt = engines.make_stt()
     llm = CadenceLLMService(config.llm, engines.llm_base_url, engines.llm_model, http_client=engines.llm_http())
     tts = CadenceTTSService(engines.tts_engine)
-    context = LLMContext()
+    control = CallControl(session_id, config.call)
+    control.llm = llm
+    context = make_context(engines.bot, llm, control, config.call)
     aggregators = LLMContextAggregatorPair(
         context,
-        user_params=LLMUserAggregatorParams(user_turn_strategies=make_turn_strategies(config, engines.speculation_stats)),
+        user_params=LLMUserAggregatorParams(
+            user_turn_strategies=make_turn_strategies(config, engines.speculation_stats),
+            user_idle_timeout=config.call.idle_after_s),
     )
+    call = config.call
+    transcript = None
+    if call.transcripts_dir or call.webhook_url:
+        transcript = CallTranscript(session_id, call.transcripts_dir, call.webhook_url,
+                                    webhook_attempts=call.webhook_attempts, webhook_timeout_s=call.webhook_timeout_s)
     pipeline = Pipeline(
         [
             transport.input(),
@@ -241,14 +262,29 @@ def build_worker(
             aggregators.assistant(),
         ]
     )
-    return PipelineWorker(
+    worker = PipelineWorker(
         pipeline,
         params=PipelineParams(
             audio_in_sample_rate=config.audio.in_sample_rate,
             audio_out_sample_rate=audio_out_sample_rate or config.audio.out_sample_rate,
             enable_metrics=True,
         ),
-        observers=list(observers),
+        observers=[*observers, *([transcript] if transcript else [])],
         enable_rtvi=False,
         idle_timeout_secs=None,
     )
+    install_call_control(worker, aggregators.user(), control, transcript, ended_by)
+    worker.cadence_call = control  # type: ignore[attr-defined]  (talk reads its tool log)
+    worker.cadence_transcript = transcript  # type: ignore[attr-defined]
+    return worker
+
+
+def make_context(bot: Any, llm: CadenceLLMService, control: CallControl, call: CallConfig) -> LLMContext:
+    """The caller's context: the bot's tools (registered on ``llm`` for this call) and tool choice."""
+    if bot is None or not bot.tools:
+        return LLMContext()
+    style = ToolCallStyle(filler=call.filler, filler_after_s=call.filler_after_s, error_reply=call.tool_error_reply,
+                          timeout_s=call.tool_timeout_s)
+    register_tools(llm, bot.tools, style, control, control.tool_log)
+    choice = bot.tool_choice if bot.tool_choice is not None else NOT_GIVEN
+    return LLMContext(tools=ToolsSchema(standard_tools=[t.schema for t in bot.tools]), tool_choice=choice)

@@ -78,6 +78,7 @@ class CadenceServer:
     # Set in a worker of ``cadence serve --workers N`` (agent.workers): the main port is shared with
     # the other workers (SO_REUSEPORT) and the loopback probe also takes ``POST /metrics/reset``.
     worker_index: int | None = None
+    bot: Any = None  # agent.bot.Bot served by every call (``cadence serve --bot``)
 
     async def start_llm(self) -> tuple[str, str]:
         """GPU memory plan (refuse to start if it cannot fit) -> the LLM server if Cadence owns it
@@ -163,6 +164,9 @@ class CadenceServer:
                 if self.engines.remote_asr:
                     peaks.peaks.pop("asr", None)
                 peaks.peaks.update(self.engine_proc.peaks)
+            self.engines.bot = self.bot
+            if self.bot is not None and self.bot.tools:  # the prompt with the tool list, cached too
+                await asyncio.to_thread(self.engines.warm_llm)
             if plan is not None and peaks is not None:
                 self.gpu_memory = self.check_gpu_memory(peaks)
         except BaseException:
@@ -218,7 +222,8 @@ class CadenceServer:
             if oldest == session_id:
                 break
             self.sessions.pop(oldest)
-        limits = SessionLimits(self.config.session.idle_timeout_s, self.config.session.max_duration_s)
+        limits = SessionLimits(self.config.session.idle_timeout_s, self.config.session.max_duration_s,
+                               max_duration_goodbye=self.config.call.max_duration_goodbye)
         if not getattr(transport, "has_input_rate_cap", False) and self.config.session.max_input_rt_ratio > 0:
             # WebRTC hands over RTP as fast as a peer sends it: cap it as the phone line caps itself
             pre_stages = (InputRateLimiter(self.config.session.max_input_rt_ratio, self.config.session.input_burst_s),

@@ -21,6 +21,7 @@ from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.transports.base_transport import BaseTransport
 from pipecat.workers.runner import WorkerRunner
 
+from agent.goodbye import say_goodbye
 from agent.pipeline import Engines, build_worker
 
 END_GRACE_S = 5.0
@@ -33,6 +34,7 @@ class SessionLimits:
     idle_timeout_s: float = 30.0  # 0: no idle limit
     max_duration_s: float = 3600.0  # 0: no limit
     check_every_s: float = 0.5
+    max_duration_goodbye: str = ""  # said before a call that reached max_duration_s is ended
 
 
 class SessionWatch(BaseObserver):
@@ -67,6 +69,8 @@ async def _watchdog(worker: Any, run: asyncio.Future, watch: SessionWatch, limit
         await asyncio.sleep(limits.check_every_s)
     watch.ended_by = reason
     logger.warning(f"session {session_id}: ending it: {reason}")
+    if limits.max_duration_goodbye and reason.startswith("the call reached"):
+        await say_goodbye(worker, limits.max_duration_goodbye, END_GRACE_S, f"session {session_id}")
     try:
         await asyncio.wait_for(worker.cancel(reason=reason), END_GRACE_S)
     except Exception as exc:  # TimeoutError, or a worker already torn down
@@ -91,7 +95,8 @@ async def run_session(
     """Build a pipeline for this caller and run it; cancel it when the client disconnects or a limit hits."""
     watch = watch or SessionWatch()
     worker = build_worker(engines, transport, observers=[watch, *observers], pre_stages=pre_stages,
-                          audio_out_sample_rate=audio_out_sample_rate)
+                          audio_out_sample_rate=audio_out_sample_rate, session_id=session_id,
+                          ended_by=lambda: watch.ended_by)
     watch.worker = worker
 
     @transport.event_handler("on_client_disconnected")

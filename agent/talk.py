@@ -35,6 +35,7 @@ class TalkResult:
     turns: list[TurnResult] = field(default_factory=list)
     out_sample_rate: int = 24000
     timings: list[TurnTiming] = field(default_factory=list)
+    tool_calls: list[dict] = field(default_factory=list)  # agent.tool_calls.ToolLog entries, in call order
 
 
 def _match(timings: list[TurnTiming], eos: float) -> TurnTiming | None:
@@ -59,7 +60,8 @@ async def talk(engines: Engines, utterances: list[np.ndarray], *, settle_s: floa
     await run_until_script_done(worker, script)
 
     out = transport.output()
-    result = TalkResult(out_sample_rate=cfg.audio.out_sample_rate, timings=observer.turns)
+    result = TalkResult(out_sample_rate=cfg.audio.out_sample_rate, timings=observer.turns,
+                        tool_calls=worker.cadence_call.tool_log.calls)
     ends = script.speech_end_times
     last_index = -1
     for i, eos in enumerate(ends):

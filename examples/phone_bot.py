@@ -6,6 +6,8 @@ Run it, try it with a local call, then point a real phone number at it.
 
        python examples/phone_bot.py --port 7860
 
+   (``cadence serve --bot examples/phone_bot.py`` serves the same bot: the ``bot`` below.)
+
    It serves ``GET /phone/ws`` (the media stream), ``POST /phone/twiml`` (TwiML for the voice
    webhook) and ``GET /phone/calls`` (live and recent calls, with transcripts and pacing figures),
    next to the WebRTC page on ``/``.
@@ -50,17 +52,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import wave
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from agent.bot import Bot
+from agent.config import load_config
 
-from agent import phone_routes  # noqa: E402
-from agent.cli import setup_logging  # noqa: E402
-from agent.config import load_config  # noqa: E402
-from agent.runtime import run  # noqa: E402
-from agent.server_factory import EXTENSIONS, make_server  # noqa: E402
+bot = Bot(
+    "You are Cadence, a friendly voice assistant answering the phone. Answer in one or two short spoken "
+    "sentences. Use plain words, no lists, no markdown, no emoji, no code.",
+    greeting="Hello, this is Cadence. How can I help?",
+    hang_up_tool=True,
+)
 
 TWIML = """<?xml version="1.0" encoding="UTF-8"?>
 <Response>
@@ -80,62 +83,66 @@ def read_wav_8k(path: Path) -> bytes:
     return to_pcm16(load_audio(path, 8000))
 
 
-async def try_call(url: str, wav: Path, reply_wav: Path | None, token: str = "") -> None:
-    """One local call, as Twilio would place it: speak the file, wait for the whole answer."""
+async def try_call(url: str, wav: Path, reply_wav: Path | None, token: str = "") -> bool:
+    """One local call, as Twilio would place it: hear the greeting, speak the file, wait for the answer."""
     from transports.audio_io import write_wav
     from transports.phone.loopback_caller import LoopbackCaller
 
     caller = LoopbackCaller(url.replace("http://", "ws://") + "/phone/ws",
                             custom_parameters={"token": token} if token else None)
     await caller.connect()
-    await asyncio.sleep(0.5)
+    greeting = await caller.wait_reply(0.0, timeout_s=30)
+    if greeting is not None:
+        print(f"greeting heard: {greeting[1] - greeting[0]:.1f} s")
     spoken = await caller.say(read_wav_8k(wav))
-    reply = await caller.wait_reply(spoken.last, timeout_s=30)
+    reply = await caller.wait_reply(spoken.last, timeout_s=60)
     await caller.hang_up()
     if reply is None:
         print("the bot did not answer")
-        return
+        return False
     first, end = reply
     print(f"first bot audio {(first - spoken.last) * 1000:.0f} ms after the end of speech; "
           f"answer {end - first:.1f} s")
     if reply_wav:
         write_wav(reply_wav, caller.audio_between(first - 0.1, end + 0.1), 8000)
         print(f"the bot's answer as the caller heard it: {reply_wav}")
+    return True
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.set)
     config.server.host, config.server.port = args.host, args.port
-    server = make_server(config, extensions=tuple(e for e in EXTENSIONS if e != "agent.phone_routes"))
-    options = phone_routes.options_from_config(config)  # [phone] section / $CADENCE_PHONE_OPTIONS
-    options.token = args.token or options.token
-    phone_routes.install(server, options)
-    ready = asyncio.Event()
-    task = asyncio.create_task(server.serve_forever(ready))
+    config.phone.token = args.token or config.phone.token
+    ready, stop = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(bot.serve(config, ready, stop))
     waiter = asyncio.create_task(ready.wait())
     await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
     if task.done():
         waiter.cancel()
         await task  # start-up failed: raise its error
+        return 1
     url = f"http://{config.server.host}:{config.server.port}"
     stream = '<Stream url="wss://<public host>/phone/ws" />'
-    if options.token:
+    if config.phone.token:
         stream = (f'<Stream url="wss://<public host>/phone/ws">\n      <Parameter name="token" '
-                  f'value="{options.token}" />\n    </Stream>')
+                  f'value="{config.phone.token}" />\n    </Stream>')
     print(f"\nphone bot ready: media stream on {url.replace('http', 'ws')}/phone/ws")
     print(f"TwiML for your number (replace <public host> with your tunnel's host):\n"
-          f"{TWIML.format(stream=stream)}\n")
+          f"{TWIML.format(stream=stream)}\n", flush=True)
+    answered = True
     if args.try_call:
-        await try_call(url, args.try_call, args.reply_wav, options.token)
-        task.cancel()
-        return
+        try:
+            answered = await try_call(url, args.try_call, args.reply_wav, config.phone.token)
+        finally:
+            stop.set()
     await task
+    return 0 if answered else 1
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1", help="listen address (0.0.0.0 behind a tunnel on another box)")
-    parser.add_argument("--port", type=int, default=7860)
+    parser.add_argument("--port", type=int, default=7860, help="listen port (0: any free port)")
     parser.add_argument("--token", default="", help="shared secret every call must carry (see step 4)")
     parser.add_argument("--config", help="Cadence TOML config")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
@@ -143,14 +150,14 @@ def main() -> None:
     parser.add_argument("--reply-wav", type=Path, help="with --try-call: save the bot's answer here")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args()
+    from agent.cli import setup_logging
+
     setup_logging(args.log_level)
     try:
-        run(serve(args))
+        return asyncio.run(serve(args))
     except KeyboardInterrupt:
-        pass
-    except asyncio.CancelledError:
-        pass
+        return 130
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

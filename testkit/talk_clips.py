@@ -39,3 +39,11 @@ def talk_clips(rate: int = 16000, single: list[str] | None = None,
         audio = np.concatenate([load_audio(pa.path, rate), pause, load_audio(pb.path, rate)])
         clips.append(Clip(f"{a}+{b}", f"{pa.text} {pb.text}", audio))
     return clips
+
+
+def recorded_phrase(names: list[str], rate: int = 16000, gap_s: float = 0.12) -> Clip:
+    """Recorded prompts (single words too, e.g. ``digits/day-2``) spoken as one phrase, ``gap_s`` apart."""
+    prompts = pick(names)
+    gap = np.zeros(int(gap_s * rate), dtype=np.float32)
+    parts = [x for p in prompts for x in (load_audio(p.path, rate), gap)][:-1]
+    return Clip("+".join(names), " ".join(p.text for p in prompts), np.concatenate(parts))

@@ -92,7 +92,7 @@ def test_sigterm_says_goodbye_then_stops_cadence_serve_and_every_child():
 
     with cadence_serve("vad.turn=silence") as srv:
         children = _children(srv["proc"].pid)
-        assert any("llama_cpp.server" in " ".join(c.cmdline()) for c in children), children
+        assert any("agent.llama_serve" in " ".join(c.cmdline()) for c in children), children
         code, took, caller, t0, closed_at = asyncio.run(sigterm_mid_call(srv))
     gone, alive = psutil.wait_procs(children, timeout=5)
     assert not alive, f"children outlived cadence serve: {[c.pid for c in alive]}"

@@ -66,7 +66,7 @@ def test_two_workers_share_the_port_sum_metrics_restart_and_stop_cleanly():
         pids = [w["pid"] for w in health["workers"]]
         assert len(set(pids)) == 2 and all(w["alive"] for w in health["workers"]), health
         children = parent.children(recursive=True)
-        assert any("llama_cpp.server" in " ".join(c.cmdline()) for c in children), children
+        assert any("agent.llama_serve" in " ".join(c.cmdline()) for c in children), children
         assert {c.pid for c in children} >= set(pids)
         ready = httpx.get(f"{murl}/ready", timeout=10).json()
         assert ready["ready"] and ready["capacity"] == 16, ready  # 8 + 8
