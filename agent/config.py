@@ -51,6 +51,9 @@ class ServerConfig:
     # the parent serves the summed /metrics, /health and /ready on metrics_listen (default: the
     # main port + 1, on server.host).
     workers: int = 1
+    # Local addresses WebRTC offers as ICE host candidates, comma-separated (transports/ice.py).
+    # Empty: every interface but loopback (aiortc's default); "127.0.0.1": loopback only (tests, benchmarks).
+    webrtc_ice_hosts: str = ""
 
 
 @dataclass
