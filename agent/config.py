@@ -154,6 +154,9 @@ class SessionConfig:
     # without a cap of their own (WebRTC; the phone line uses phone.max_input_rt_ratio). 0 = no cap.
     max_input_rt_ratio: float = 1.5
     input_burst_s: float = 2.0
+    # WebRTC: the caller's audio is released after this many later 20 ms frames arrived (aiortc: 4, i.e.
+    # 80 ms on every turn's end; a packet arriving after its successors is dropped: transports/jitter.py).
+    webrtc_jitter_frames: int = 1
 
 
 @dataclass

@@ -263,7 +263,7 @@ class CadenceServer:
             restrict_ice_hosts(parse_ice_hosts(cfg.server.webrtc_ice_hosts))
             self.signalling = WebRTCSignalling(
                 self.run_caller, transport_params(cfg.audio.in_sample_rate, cfg.audio.out_sample_rate), self.gate,
-                connect_timeout_s=cfg.session.connect_timeout_s,
+                connect_timeout_s=cfg.session.connect_timeout_s, jitter_frames=cfg.session.webrtc_jitter_frames,
             )
             add_routes(app, self.signalling)
         app.router.add_get("/health", self.health)

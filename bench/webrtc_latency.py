@@ -184,12 +184,13 @@ def load_average() -> list[float]:
 
 
 async def run(args: argparse.Namespace, urls: dict[str, str], clips: list[Clip]) -> list[dict]:
-    for system in SYSTEMS:  # one discarded warm-up call each (first-connection costs)
+    systems = tuple(s for s in SYSTEMS if s in urls)
+    for system in systems:  # one discarded warm-up call each (first-connection costs)
         await one_call(system, urls[system], clips[0], args)
     rows = []
     for rnd in range(args.rounds):
         for k, clip in enumerate(clips):
-            order = SYSTEMS if k % 2 == 0 else SYSTEMS[::-1]
+            order = systems if k % 2 == 0 else systems[::-1]
             for system in order:
                 row = await one_call(system, urls[system], clip, args)
                 row.update({"round": rnd, "clip": clip.name, "text": clip.text, "load": load_average()})
@@ -219,14 +220,17 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         cadence = stack.enter_context(cadence_process(
             ["serve", "--port", "0", *[x for s in sets for x in ("--set", s)]],
             r"Cadence is ready: open (http://\S+?)/ "))
-        stock = stack.enter_context(ready_process(
-            [sys.executable, str(ROOT / "bench/stock_webrtc_server.py"), "--llm-url", llm.base_url,
-             "--llm-model", llm.model_id], r"stock pipecat is ready: (http://\S+?)/"))
-        urls = {"cadence": cadence["url"], "stock": stock["url"]}
+        urls = {"cadence": cadence["url"]}
+        stock = None
+        if not args.cadence_only:
+            stock = stack.enter_context(ready_process(
+                [sys.executable, str(ROOT / "bench/stock_webrtc_server.py"), "--llm-url", llm.base_url,
+                 "--llm-model", llm.model_id], r"stock pipecat is ready: (http://\S+?)/"))
+            urls["stock"] = stock["url"]
         t0 = time.monotonic()
         rows = asyncio.run(run(args, urls, clips))
         wall = time.monotonic() - t0
-        memory = {"cadence_serve": rss_mb(cadence["proc"].pid), "stock_server": rss_mb(stock["proc"].pid),
+        memory = {"cadence_serve": rss_mb(cadence["proc"].pid), "stock_server": rss_mb(stock["proc"].pid) if stock else {},
                   "llm_server_shared": rss_mb(llm.process.pid) if llm.process else {}}
     return {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -245,7 +249,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
             "cadence_overrides": args.set, "llama_no_repack": args.no_repack, "load_average_before": load_before, "load_average_after": load_average(),
             "shared_cores": "the 2 cores were shared with other work during the run (see per-row load)",
         },
-        "systems": {s: totals(rows, s, clips) for s in SYSTEMS},
+        "systems": {s: totals(rows, s, clips) for s in SYSTEMS if s in urls},
         "memory_mb": memory, "wall_s": round(wall, 1), "rows": rows,
     }
 
@@ -271,6 +275,7 @@ if __name__ == "__main__":
     parser.add_argument("--gap", type=float, default=0.5, help="pause between calls (s)")
     parser.add_argument("--no-repack", action="store_true",
                         help="start the shared llama.cpp server without AMX/repack buffers (crash on this VM)")
+    parser.add_argument("--cadence-only", action="store_true", help="leave stock pipecat out (diagnosis runs)")
     parser.add_argument("--config")
     parser.add_argument("--set", action="append", default=[], help="extra cadence serve overrides")
     parser.add_argument("--out", default=str(ROOT / "bench/results/webrtc_latency_cpu.json"))
