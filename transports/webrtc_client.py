@@ -175,6 +175,15 @@ class WebRTCCaller:
                 raise ConnectionError(f"WebRTC connection {self.pc.connectionState} after {timeout_s:g} s")
             await asyncio.sleep(0.02)
 
+    def ice_pairs(self) -> list[tuple[str, str]]:
+        """(local, remote) host of each nominated ICE candidate pair (read from aiortc's internals)."""
+        pairs = []
+        for t in self.pc.getTransceivers():
+            ice = t.sender.transport.transport if t.sender and t.sender.transport else None
+            nominated = getattr(getattr(ice, "_connection", None), "_nominated", {}) or {}
+            pairs += [(p.local_candidate.host, p.remote_candidate.host) for p in nominated.values()]
+        return pairs
+
     async def close(self) -> None:
         if self._reader is not None:
             self._reader.cancel()
