@@ -105,7 +105,19 @@ def stage_split(turns: list[dict], voiced_sent: float, first_rx: float | None) -
     return out
 
 
-async def one_call(system: str, url: str, clip: Clip, args: argparse.Namespace) -> dict[str, Any]:
+def cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (0.0 if it cannot be read)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError, TypeError):
+        return 0.0
+
+
+async def one_call(system: str, url: str, clip: Clip, args: argparse.Namespace,
+                   pids: dict[str, int] | None = None) -> dict[str, Any]:
+    pid = (pids or {}).get(system)
+    cpu0 = cpu_s(pid)
     caller = WebRTCCaller(url)
     voiced = last_voiced_s(clip.audio, RATE)
     row: dict[str, Any] = {"system": system}
@@ -132,6 +144,7 @@ async def one_call(system: str, url: str, clip: Clip, args: argparse.Namespace) 
         "last_voiced_to_first_audio_ms": None if first is None else round((first - sent) * 1000.0, 1),
         "server_stages_ms": next((t["latency_ms"] for t in turns if t.get("llm_requests")), {}),
         "split_ms": stage_split(turns, sent, first),
+        "server_cpu_s": round(cpu_s(pid) - cpu0, 2) if pid else None,  # the call, connect to hang-up
     })
     return row
 
@@ -172,6 +185,8 @@ def totals(rows: list[dict], system: str, clips: list[Clip]) -> dict[str, Any]:
         "bot_audio_before_speech_end": sum(r["bot_audio_before_speech_end"] for r in mine),
         "wer": round(errors / n_words, 4) if n_words else None,
         "empty_transcripts": sum(not r["heard"] for r in mine),
+        "server_cpu_s_per_call_p50": round(float(np.median([r["server_cpu_s"] for r in mine
+                                                            if r["server_cpu_s"] is not None] or [0])), 2),
         "split_p50_ms": {k: round(float(np.median([r["split_ms"][k] for r in mine if k in r["split_ms"]])), 1)
                          for k in split_keys},
         "server_stages_p50_ms": {k: round(float(np.median([r["server_stages_ms"][k] for r in mine
@@ -183,7 +198,7 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-async def run(args: argparse.Namespace, urls: dict[str, str], clips: list[Clip]) -> list[dict]:
+async def run(args: argparse.Namespace, urls: dict[str, str], clips: list[Clip], pids: dict[str, int]) -> list[dict]:
     systems = tuple(s for s in SYSTEMS if s in urls)
     for system in systems:  # one discarded warm-up call each (first-connection costs)
         await one_call(system, urls[system], clips[0], args)
@@ -192,7 +207,7 @@ async def run(args: argparse.Namespace, urls: dict[str, str], clips: list[Clip])
         for k, clip in enumerate(clips):
             order = systems if k % 2 == 0 else systems[::-1]
             for system in order:
-                row = await one_call(system, urls[system], clip, args)
+                row = await one_call(system, urls[system], clip, args, pids)
                 row.update({"round": rnd, "clip": clip.name, "text": clip.text, "load": load_average()})
                 rows.append(row)
                 ms = row["last_voiced_to_first_audio_ms"]
@@ -228,7 +243,8 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
                  "--llm-model", llm.model_id], r"stock pipecat is ready: (http://\S+?)/"))
             urls["stock"] = stock["url"]
         t0 = time.monotonic()
-        rows = asyncio.run(run(args, urls, clips))
+        pids = {"cadence": cadence["proc"].pid, **({"stock": stock["proc"].pid} if stock else {})}
+        rows = asyncio.run(run(args, urls, clips, pids))
         wall = time.monotonic() - t0
         memory = {"cadence_serve": rss_mb(cadence["proc"].pid), "stock_server": rss_mb(stock["proc"].pid) if stock else {},
                   "llm_server_shared": rss_mb(llm.process.pid) if llm.process else {}}
