@@ -234,13 +234,14 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
                 "server.log_level=WARNING", *args.set]
         cadence = stack.enter_context(cadence_process(
             ["serve", "--port", "0", *[x for s in sets for x in ("--set", s)]],
-            r"Cadence is ready: open (http://\S+?)/ "))
+            r"Cadence is ready: open (http://\S+?)/ ", log_path=Path(args.log_dir) / "cadence.log" if args.log_dir else None))
         urls = {"cadence": cadence["url"]}
         stock = None
         if not args.cadence_only:
             stock = stack.enter_context(ready_process(
                 [sys.executable, str(ROOT / "bench/stock_webrtc_server.py"), "--llm-url", llm.base_url,
-                 "--llm-model", llm.model_id], r"stock pipecat is ready: (http://\S+?)/"))
+                 "--llm-model", llm.model_id], r"stock pipecat is ready: (http://\S+?)/",
+                log_path=Path(args.log_dir) / "stock.log" if args.log_dir else None))
             urls["stock"] = stock["url"]
         t0 = time.monotonic()
         pids = {"cadence": cadence["proc"].pid, **({"stock": stock["proc"].pid} if stock else {})}
@@ -292,6 +293,7 @@ if __name__ == "__main__":
     parser.add_argument("--no-repack", action="store_true",
                         help="start the shared llama.cpp server without AMX/repack buffers (crash on this VM)")
     parser.add_argument("--cadence-only", action="store_true", help="leave stock pipecat out (diagnosis runs)")
+    parser.add_argument("--log-dir", help="write the servers' output there (cadence.log, stock.log)")
     parser.add_argument("--config")
     parser.add_argument("--set", action="append", default=[], help="extra cadence serve overrides")
     parser.add_argument("--out", default=str(ROOT / "bench/results/webrtc_latency_cpu.json"))
