@@ -116,7 +116,8 @@ async def test_page_feed_brings_transcript_reply_and_stage_times(server):
         assert turn is not None, f"no turn message in {messages}"
         assert wer(prompt.text, turn["heard"]) <= TURN_WER_MAX
         assert turn["stages_ms"]["eos_to_transcript"] >= 0
-        assert "sessions" in turn["server"]
+        # the admission state: "1/4 sessions", or why new callers are refused on a loaded box
+        assert "sessions" in turn["server"] or turn["server"].startswith("overloaded:"), turn["server"]
         said = "".join(m["text"] for m in messages if m["type"] == "bot-text").strip()
         assert said == turn["said"]
     finally:
