@@ -133,6 +133,11 @@ async def one_call(system: str, url: str, clip: Clip, args: argparse.Namespace,
         early = caller.received.voiced_after(onset, VOICED_LEVEL)
         async with aiohttp.ClientSession() as http:
             turns = await server_turns(http, url, caller.pc_id or "")
+    except (OSError, TimeoutError, ValueError, aiohttp.ClientError) as exc:  # refused, no ICE, bad answer
+        row.update({"error": repr(exc), "heard": "", "reply": "", "wer": 1.0, "answers": 0, "answered": False,
+                    "bot_audio_before_speech_end": False, "last_voiced_to_first_audio_ms": None,
+                    "server_stages_ms": {}, "split_ms": {}, "server_cpu_s": None})
+        return row
     finally:
         await caller.close()
     heard = " ".join(t.get("transcript", "") for t in turns).strip()
@@ -185,6 +190,7 @@ def totals(rows: list[dict], system: str, clips: list[Clip]) -> dict[str, Any]:
         "bot_audio_before_speech_end": sum(r["bot_audio_before_speech_end"] for r in mine),
         "wer": round(errors / n_words, 4) if n_words else None,
         "empty_transcripts": sum(not r["heard"] for r in mine),
+        "failed_calls": sum("error" in r for r in mine),
         "server_cpu_s_per_call_p50": round(float(np.median([r["server_cpu_s"] for r in mine
                                                             if r["server_cpu_s"] is not None] or [0])), 2),
         "split_p50_ms": {k: round(float(np.median([r["split_ms"][k] for r in mine if k in r["split_ms"]])), 1)
