@@ -21,10 +21,6 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
                         "auto: fast on CUDA, general on the CPU")
     p.add_argument("--profiles", default="", help="parakeet fast: encoder profiles name=BATCHxFRAMES,... "
                                                   "(default: ~10/20/30 s windows at the max batch)")
-    p.add_argument("--pack", action="store_true",
-                   help="Whisper: pack short windows of different requests/files into one 30 s input "
-                        "(~1.6x throughput on short clips; mixes callers' audio in one model input, and a "
-                        "short window can be dropped by Whisper, so it is off by default)")
 
 
 def _engine_spec(args: argparse.Namespace, config: Any) -> Any:
@@ -35,7 +31,7 @@ def _engine_spec(args: argparse.Namespace, config: Any) -> Any:
     return resolve_engine_spec(EngineSpec(
         engine=args.engine or asr.engine, model=args.model if args.model is not None else asr.model,
         device=args.device or asr.device, compute_type=asr.compute_type, dtype=asr.dtype,
-        encoder_backend=asr.encoder_backend, max_batch=args.max_batch, pack=args.pack,
+        encoder_backend=asr.encoder_backend, max_batch=args.max_batch,
         parakeet_backend=args.parakeet_backend, profiles=args.profiles,
     ))
 
@@ -53,20 +49,33 @@ def cmd_transcribe_server(args: argparse.Namespace) -> int:
     config = effective_config(args)
     spec = _engine_spec(args, config)
     from agent.runtime import run
+    from asr.offline.host_pool import default_workers, serve_workers
     from asr.offline.server import ServerOptions, serve
+    from asr.offline.shm_audio import available
     from asr.offline.transcriber import OfflineTranscriber
 
+    workers = default_workers(spec.device) if args.workers is None else args.workers
+    if workers < 0:
+        raise UserError(f"--workers must be 0 (one process) or more, not {workers}")
+    if workers and not available():
+        raise UserError("--workers needs shared memory as files (/dev/shm, Linux); use --workers 0")
     engine = _load_engine(spec)
     options = ServerOptions(max_upload_mb=args.max_upload_mb, max_audio_s=args.max_audio_s,
                             max_inflight=args.max_inflight, max_audio_held_s=args.max_audio_held_s,
                             api_key=config.server.api_key)
 
     def ready(url: str) -> None:
+        host = f"{workers} host worker processes" if workers else "one process"
         print(f"Cadence transcription server ready: {url}/v1 (model {engine.name}; "
-              f"POST {url}/v1/audio/transcriptions)", flush=True)
+              f"POST {url}/v1/audio/transcriptions; {host})", flush=True)
 
-    run(serve(OfflineTranscriber(engine, spec.max_batch or None), args.host or config.server.host,
-              args.port, options, ready), use_uvloop=config.runtime.uvloop)
+    transcriber = OfflineTranscriber(engine, spec.max_batch or None)
+    host = args.host or config.server.host
+    if workers:
+        main = serve_workers(transcriber, host, args.port, workers, options, ready)
+    else:
+        main = serve(transcriber, host, args.port, options, ready)
+    run(main, use_uvloop=config.runtime.uvloop)
     return 0
 
 
@@ -93,6 +102,10 @@ def register(sub: Any) -> None:
     p.add_argument("--max-inflight", type=int, default=64, help="requests held at once; more get 429")
     p.add_argument("--max-audio-held-s", type=float, default=8 * 3600.0,
                    help="decoded audio held by all requests together; later ones wait (default: 8 h, ~1.8 GB)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="host worker processes (HTTP, upload, decode, planning, stitching) feeding this process's "
+                        "engine through shared memory; 0: everything in one process (default: min(cores - 1, 8) "
+                        "on CUDA, 0 on the CPU)")
     p.set_defaults(func=friendly(cmd_transcribe_server))
 
     p = sub.add_parser("transcribe-ray", help="transcribe a directory of audio as a Ray Data job",

@@ -54,6 +54,13 @@ class ServerConfig:
     # Local addresses WebRTC offers as ICE host candidates, comma-separated (transports/ice.py).
     # Empty: every interface but loopback (aiortc's default); "127.0.0.1": loopback only (tests, benchmarks).
     webrtc_ice_hosts: str = ""
+    # true: one engine process owns the TTS engine (Kokoro's batcher and phonemization) and, with
+    # asr.engine = "parakeet", the streaming ASR batcher, for every session process (this one, or each of
+    # the workers), over a Unix socket (agent.engine_process); its GPU share is gpu.tts_fraction (+
+    # gpu.asr_fraction), whole. false: each session process loads its own, as before.
+    engine_process: bool = False
+    engine_socket: str = ""  # set by the parent: a session process connects here instead of loading the TTS
+    engine_log: str = ""  # the engine process's output (empty: this process's stderr)
 
 
 @dataclass
@@ -105,6 +112,15 @@ class LLMConfig:
     apology: str = "Sorry, I can't reach my language model right now. Please try again in a moment."
     # Said when the model returns no text twice in a row (small models sometimes do).
     empty_reply: str = "Sorry, could you say that again?"
+    # Speculative reply (asr.engine = "parakeet"; agent/speculative_turn.py): start the request before the
+    # turn ends on the caller's partial text, held until the final transcript confirms it, cancelled (HTTP
+    # stream closed) if the caller goes on or the final differs. Comma-separated triggers: "pause" (VAD
+    # stop, newest partial), "stable" (a partial stable for asr's 2 partials and >= speculate_stable_ms of
+    # audio), "final" (a final transcript while the caller is quiet and the turn detector undecided); "" = off.
+    # "final" by bench/speculative_llm.py: first token at the turn end instead of ~1 s after it when the
+    # detector waits, nothing when it does not; "pause" wasted every request (asr/parakeet/README.md).
+    speculate: str = "final"
+    speculate_stable_ms: float = 600.0
 
 
 @dataclass

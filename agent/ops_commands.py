@@ -59,7 +59,10 @@ def cmd_capacity(args: argparse.Namespace) -> int:
             from agent.capacity.report import plot, write_json
 
             write_json(out_dir / "capacity.json", cap_so_far, done, meta | {"complete": False})
-            plot(out_dir / "capacity.png", cap_so_far, done, config.budgets.output_rt_ratio_min, title)
+            try:  # a drawing problem must not end the measurement
+                plot(out_dir / "capacity.png", cap_so_far, done, config.budgets.output_rt_ratio_min, title)
+            except Exception as exc:
+                print(f"capacity: the plot failed ({exc!r}); the JSON has every level", file=sys.stderr)
 
         cap, result = run(_phone_capacity(config, popts, args.prompts, meta, save), use_uvloop=config.runtime.uvloop)
         meta["complete"] = True

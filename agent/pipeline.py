@@ -37,6 +37,13 @@ from agent.llm_stage import CadenceLLMService
 from agent.models import piper_voice
 from agent.segment_turn_stop import SegmentedTurnAnalyzerStopStrategy
 from agent.shared_models import SharedSileroVADAnalyzer, SharedSmartTurnAnalyzerV3
+from agent.speculative_turn import (
+    SpeculationPolicy,
+    SpeculationStats,
+    SpeculativeSpeechTimeoutStopStrategy,
+    SpeculativeTurnAnalyzerStopStrategy,
+    parse_triggers,
+)
 from tts.engines import TTSEngine, create_engine
 from tts.service import CadenceTTSService
 
@@ -49,6 +56,10 @@ class Engines:
     llm_base_url: str
     llm_model: str
     tts_engine: TTSEngine
+    # The engine process's hello when ``server.engine_socket`` is set (it hosts the TTS, and Parakeet when
+    # ``info["asr"]``); None: every engine in this process.
+    engine_info: dict[str, Any] | None = None
+    speculation_stats: SpeculationStats = field(default_factory=SpeculationStats)
     _llm_http: tuple[Any, httpx.AsyncClient] | None = field(default=None, repr=False)
 
     def llm_http(self) -> httpx.AsyncClient:
@@ -68,6 +79,7 @@ class Engines:
              measure: Callable[[str, Callable[[], Any]], Any] | None = None) -> Engines:
         """Load and warm every engine; ``measure(stage, fn)`` (GPU memory peaks) wraps each stage's part."""
         measure = measure or (lambda _stage, fn: fn())
+        parse_triggers(config.llm.speculate)  # a bad llm.speculate fails at start, not at the first call
         engines = measure("tts", lambda: cls._with_tts(config, llm_base_url, llm_model))
         measure("asr", engines.warm_asr)
         engines.warm_llm()
@@ -76,7 +88,16 @@ class Engines:
 
     @classmethod
     def _with_tts(cls, config: Config, llm_base_url: str, llm_model: str) -> Engines:
-        engines = cls(config, llm_base_url, llm_model, create_engine(config.tts, piper_voice))
+        info = None
+        if config.server.engine_socket:  # the engine process owns the TTS (agent.engine_process)
+            from tts.remote.client import RemoteTTSEngine, hello
+
+            info = hello(config.server.engine_socket)
+            tts: TTSEngine = RemoteTTSEngine(config.server.engine_socket, name=info["name"],
+                                             sample_rate=int(info["sample_rate"]))
+        else:
+            tts = create_engine(config.tts, piper_voice)
+        engines = cls(config, llm_base_url, llm_model, tts, info)
         engines.warm_tts()
         return engines
 
@@ -92,10 +113,17 @@ class Engines:
                                          self.config.asr.compute_type)
             noise = np.random.default_rng(0).normal(0, 0.01, 16000).astype(np.float32)
             transcribe_greedy(model, noise, self.config.asr.language, 1.0)
+        elif self.remote_asr:
+            return  # loaded and warmed in the engine process
         elif self.config.asr.engine == "parakeet":
             from asr.parakeet.shared_engine import warm_parakeet
 
             warm_parakeet(self.config.asr)
+
+    @property
+    def remote_asr(self) -> bool:
+        """Whether streaming Parakeet runs in the engine process."""
+        return bool(self.engine_info and self.engine_info.get("asr"))
 
     def warm_tts(self) -> None:
         for _ in self.tts_engine.synthesize("Hello there."):
@@ -123,6 +151,15 @@ class Engines:
             from asr.whisper_stt import create_whisper_stt
 
             return create_whisper_stt(asr, resolve_whisper_path(asr))
+        if asr.engine == "parakeet" and self.remote_asr:
+            from asr.parakeet.remote import RemoteStreamBatcher
+            from asr.parakeet.stt_service import ParakeetSTTService
+
+            assert self.engine_info is not None
+            remote = self.engine_info["asr"]
+            return ParakeetSTTService(RemoteStreamBatcher(self.config.server.engine_socket, remote["sample_rate"]),
+                                      model_name=remote["model"], language=asr.language,
+                                      ttfs_p99_latency=asr.ttfs_p99_s)
         if asr.engine == "parakeet":
             from asr.parakeet.stt_service import create_parakeet_stt
 
@@ -139,19 +176,28 @@ def make_vad(config: Config) -> SileroVADAnalyzer:
     )
 
 
-def make_turn_strategies(config: Config) -> UserTurnStrategies:
+def make_turn_strategies(config: Config, speculation_stats: SpeculationStats | None = None) -> UserTurnStrategies:
     """End of turn: smart-turn with a short silence fallback, or plain VAD silence.
 
     Stock smart-turn waits ~3 s of silence when it misjudges a finished sentence; the
-    fallback here is ``vad.turn_fallback_secs``.
+    fallback here is ``vad.turn_fallback_secs``. With Parakeet and ``llm.speculate`` set, the
+    stop strategy also starts speculative replies on partials (``agent.speculative_turn``).
     """
+    triggers = parse_triggers(config.llm.speculate) if config.asr.engine == "parakeet" else frozenset()
+    spec = {}
+    if triggers:
+        spec = {"policy": SpeculationPolicy(triggers, config.llm.speculate_stable_ms), "stats": speculation_stats}
     if config.vad.turn == "silence":
-        stop = [SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=config.vad.turn_fallback_secs)]
+        timeout_cls = SpeculativeSpeechTimeoutStopStrategy if triggers else SpeechTimeoutUserTurnStopStrategy
+        stop = [timeout_cls(user_speech_timeout=config.vad.turn_fallback_secs, **spec)]
     else:
         analyzer = SharedSmartTurnAnalyzerV3(params=SmartTurnParams(stop_secs=config.vad.turn_fallback_secs))
         # Whisper transcribes per VAD segment: the turn must wait for its last segment's text.
-        strategy = SegmentedTurnAnalyzerStopStrategy if config.asr.engine == "whisper" else TurnAnalyzerUserTurnStopStrategy
-        stop = [strategy(turn_analyzer=analyzer)]
+        if config.asr.engine == "whisper":
+            strategy = SegmentedTurnAnalyzerStopStrategy
+        else:
+            strategy = SpeculativeTurnAnalyzerStopStrategy if triggers else TurnAnalyzerUserTurnStopStrategy
+        stop = [strategy(turn_analyzer=analyzer, **spec)]
     # Only VAD starts a turn: a segment's transcript that lands after the turn ended must not
     # open a new turn and interrupt the answer (stock pipecat also starts turns on transcripts).
     return UserTurnStrategies(start=[VADUserTurnStartStrategy()], stop=stop)
@@ -179,7 +225,7 @@ def build_worker(
     context = LLMContext()
     aggregators = LLMContextAggregatorPair(
         context,
-        user_params=LLMUserAggregatorParams(user_turn_strategies=make_turn_strategies(config)),
+        user_params=LLMUserAggregatorParams(user_turn_strategies=make_turn_strategies(config, engines.speculation_stats)),
     )
     pipeline = Pipeline(
         [

@@ -62,6 +62,7 @@ class CadenceServer:
     config: Config
     engines: Engines | None = None
     llm_server: ManagedLLMServer | None = None
+    engine_proc: Any = None  # agent.engine_process.ManagedEngineProcess with server.engine_process
     gate: AdmissionGate | None = None
     signalling: Any = None  # transports.webrtc.WebRTCSignalling when aiortc is installed
     observer_factories: list[Callable[[str], Any]] = field(default_factory=list)
@@ -118,6 +119,28 @@ class CadenceServer:
             base_url, model = self.llm_server.base_url, self.llm_server.model_id
         return base_url, model
 
+    async def start_engine_process(self) -> None:
+        """With ``server.engine_process`` (and no engine socket given by a parent): start the engine process
+        (TTS, and streaming Parakeet) on their shares of the plan, and point this config's sessions at it."""
+        from agent.engine_process import ManagedEngineProcess
+
+        cfg = self.config
+        if not cfg.server.engine_process or cfg.server.engine_socket:
+            return
+        plan = self.memory_plan
+        hosted = ["tts", *(["asr"] if cfg.asr.engine == "parakeet" else [])]
+        fraction = sum(plan.share(c).fraction for c in hosted) if plan is not None else 0.0
+        self.engine_proc = ManagedEngineProcess.for_config(cfg, fraction)
+        await self.engine_proc.astart()
+        cfg.server.engine_socket = self.engine_proc.socket_path
+
+    def stop_children(self) -> None:
+        """The LLM server and the engine process, if Cadence started them."""
+        if self.llm_server is not None:
+            self.llm_server.stop()
+        if self.engine_proc is not None:
+            self.engine_proc.stop()
+
     async def start_engines(self) -> None:
         """``start_llm`` -> engines, each in-process model's peak measured while it loads and warms ->
         measured memory checked -> GC freeze."""
@@ -127,16 +150,24 @@ class CadenceServer:
         base_url, model = await self.start_llm()
         plan = self.memory_plan
         peaks = StagePeaks(plan.device) if plan is not None else None
-        if plan is not None:
+        # With the engine process hosting both GPU stages this process never touches CUDA: no context of
+        # its own (the card sees the engine's and the LLM's), nothing to cap or measure here.
+        gpu_here = not ((cfg.server.engine_process or cfg.server.engine_socket) and cfg.asr.engine == "parakeet")
+        if plan is not None and gpu_here:
             apply_in_process_fraction(plan)
         try:
-            self.engines = await asyncio.to_thread(Engines.load, cfg, base_url, model,
-                                                   peaks.measure if peaks is not None else None)
+            await self.start_engine_process()
+            measure = peaks.measure if peaks is not None and gpu_here else None
+            self.engines = await asyncio.to_thread(Engines.load, cfg, base_url, model, measure)
+            if self.engine_proc is not None and peaks is not None:  # the TTS's (and ASR's) memory is the engine's
+                peaks.peaks.pop("tts", None)
+                if self.engines.remote_asr:
+                    peaks.peaks.pop("asr", None)
+                peaks.peaks.update(self.engine_proc.peaks)
             if plan is not None and peaks is not None:
                 self.gpu_memory = self.check_gpu_memory(peaks)
         except BaseException:
-            if self.llm_server is not None:
-                self.llm_server.stop()
+            self.stop_children()
             raise
         if cfg.runtime.gc_freeze:
             freeze_gc_heap()
@@ -304,6 +335,10 @@ class CadenceServer:
             body = {"ready": False, "reason": "the LLM server is down (restarting)", "active": self.gate.active,
                     "capacity": self.gate.capacity}
             return web.json_response(body, status=503)
+        if self.engine_proc is not None and not self.engine_proc.up:
+            body = {"ready": False, "reason": "the TTS engine process is down (restarting)",
+                    "active": self.gate.active, "capacity": self.gate.capacity}
+            return web.json_response(body, status=503)
         ok, reason = self.gate.ready()
         body = {"ready": ok, "reason": reason, "active": self.gate.active, "capacity": self.gate.capacity}
         return web.json_response(body, status=200 if ok else 503)
@@ -321,11 +356,13 @@ class CadenceServer:
         loop = asyncio.get_running_loop()
         handled = install_stop_signals(loop, self._on_signal)
         runners: list[web.AppRunner] = []
-        supervisor: asyncio.Task | None = None
+        supervisors: list[asyncio.Task] = []
         try:
             await self.start_engines()
             if self.llm_server is not None:
-                supervisor = asyncio.create_task(self.llm_server.supervise(), name="llm-supervisor")
+                supervisors.append(asyncio.create_task(self.llm_server.supervise(), name="llm-supervisor"))
+            if self.engine_proc is not None:
+                supervisors.append(asyncio.create_task(self.engine_proc.supervise(), name="engine-supervisor"))
             app = self.make_app()
             runner = web.AppRunner(app, shutdown_timeout=cfg.server.shutdown_timeout_s)
             runners.append(runner)
@@ -356,15 +393,14 @@ class CadenceServer:
         finally:
             for sig in handled:
                 loop.remove_signal_handler(sig)
-            if supervisor is not None:
-                supervisor.cancel()
+            for task in supervisors:
+                task.cancel()
             for runner in reversed(runners):
                 try:
                     await asyncio.wait_for(runner.cleanup(), cfg.server.shutdown_timeout_s + 1.0)
                 except Exception as exc:  # TimeoutError included: the children are stopped below anyway
                     logger.warning(f"shutdown: {exc!r}")
-            if self.llm_server is not None:
-                self.llm_server.stop()
+            self.stop_children()
 
     def _on_signal(self, sig: signal.Signals) -> None:
         logger.info(f"received {sig.name}")

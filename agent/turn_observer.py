@@ -72,6 +72,14 @@ class TurnTiming:
         else:
             self.late_transcripts += 1
 
+    def add_vad_stop(self, at: float, stop_secs: float) -> None:
+        """The caller stopped speaking (VAD). Once the LLM request has started, a later stop ends
+        speech the request did not contain (talk over the reply that opened no new turn): it does not
+        move this turn's end of speech, which would put it after the transcript (a negative stage)."""
+        if self.llm_start is not None and self.vad_stop is not None:
+            return
+        self.vad_stop, self.vad_stop_secs = at, stop_secs
+
     @property
     def end_of_speech(self) -> float | None:
         return None if self.vad_stop is None else self.vad_stop - self.vad_stop_secs
@@ -146,9 +154,7 @@ class TurnObserver(BaseObserver):
                 self._finish()
             self._turn()
         elif isinstance(frame, VADUserStoppedSpeakingFrame):
-            turn = self._turn()
-            turn.vad_stop = self._abs(data)
-            turn.vad_stop_secs = float(getattr(frame, "stop_secs", 0.0) or 0.0)
+            self._turn().add_vad_stop(self._abs(data), float(getattr(frame, "stop_secs", 0.0) or 0.0))
         elif isinstance(frame, UserStoppedSpeakingFrame):
             self._turn().turn_end = self._abs(data)
         elif isinstance(frame, TranscriptionFrame):

@@ -53,14 +53,19 @@ def split_budget(total: int, workers: int) -> int:
     return max(1, math.ceil(total / workers)) if total > 0 else total
 
 
-def worker_overrides(cfg: Config, workers: int, base_url: str, model: str, probe_port: int) -> list[str]:
-    """The ``--set`` values that make one worker of ``workers`` out of the parent's config."""
-    return [
+def worker_overrides(cfg: Config, workers: int, base_url: str, model: str, probe_port: int,
+                     engine_socket: str = "") -> list[str]:
+    """The ``--set`` values that make one worker of ``workers`` out of the parent's config; with an engine
+    process (``engine_socket``) the workers connect to it and hold no TTS share of their own."""
+    tts_fraction = 0.0 if engine_socket else cfg.gpu.tts_fraction / workers
+    asr_fraction = 0.0 if engine_socket and cfg.asr.engine == "parakeet" else cfg.gpu.asr_fraction / workers
+    engine = [f"server.engine_socket={engine_socket}"] if engine_socket else []
+    return [*engine,
         f"llm.base_url={base_url}", f"llm.model={model}", f"llm.api_key={cfg.llm.api_key}",
         "server.workers=1", f"server.metrics_listen=127.0.0.1:{probe_port}",
         f"admission.max_sessions={split_budget(cfg.admission.max_sessions, workers)}",
         f"admission.queue_size={split_budget(cfg.admission.queue_size, workers)}",
-        f"gpu.asr_fraction={cfg.gpu.asr_fraction / workers!r}", f"gpu.tts_fraction={cfg.gpu.tts_fraction / workers!r}",
+        f"gpu.asr_fraction={asr_fraction!r}", f"gpu.tts_fraction={tts_fraction!r}",
         "gpu.llm_fraction=0.0",
     ]
 
@@ -205,9 +210,12 @@ class WorkerPool:
         active = sum((b or {}).get("active", 0) for b in bodies)
         capacity = sum((b or {}).get("capacity", 0) for b in bodies)
         llm = self.front.llm_server if self.front is not None else None
+        engine = self.front.engine_proc if self.front is not None else None
         reason = ""
         if llm is not None and not llm.up:
             reason = "the LLM server is down (restarting)"
+        elif engine is not None and not engine.up:
+            reason = "the TTS engine process is down (restarting)"
         else:
             for w, r, b in zip(self.workers, answers, bodies, strict=True):
                 if r is None or r.status_code != 200:
@@ -263,9 +271,13 @@ class WorkerPool:
             llm = self.front.llm_server
             if llm is not None:
                 tasks.append(asyncio.create_task(llm.supervise(), name="llm-supervisor"))
+            await self.front.start_engine_process()  # before the workers: they connect to it
+            if self.front.engine_proc is not None:
+                tasks.append(asyncio.create_task(self.front.engine_proc.supervise(), name="engine-supervisor"))
             sock = self._reserve_port()
             self.workers = [Worker(i, free_port()) for i in range(self.n)]
-            self._overrides = {w.index: worker_overrides(cfg, self.n, base_url, model, w.probe_port)
+            self._overrides = {w.index: worker_overrides(cfg, self.n, base_url, model, w.probe_port,
+                                                         cfg.server.engine_socket)
                                for w in self.workers}
             self._env = dict(os.environ, HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"))
             # N workers each with one intra-op thread per core would oversubscribe the cores N times.
@@ -298,8 +310,7 @@ class WorkerPool:
             if runner is not None:
                 with contextlib.suppress(Exception):
                     await runner.cleanup()
-            if self.front.llm_server is not None:
-                self.front.llm_server.stop()
+            self.front.stop_children()
             if sock is not None:
                 sock.close()
 

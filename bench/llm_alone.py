@@ -66,7 +66,8 @@ async def chat(http, url: str, model: str, system: str, i: int, max_tokens: int,
         return {"ok": False, "error": repr(exc)[:200]}
     end = time.perf_counter()
     return {"ok": first is not None, "ttft_ms": None if first is None else (first - t0) * 1000.0,
-            "total_s": end - t0, "chunks": chunks, "words": len(text.split())}
+            "total_s": end - t0, "chunks": chunks, "words": len(text.split()),
+            "itl_ms": None if first is None or chunks < 2 else (end - first) * 1000.0 / (chunks - 1)}
 
 
 async def level(url: str, model: str, system: str, n: int, max_tokens: int, temperature: float) -> dict:
@@ -82,12 +83,15 @@ async def level(url: str, model: str, system: str, n: int, max_tokens: int, temp
     ttft = [r["ttft_ms"] for r in ok]
     totals = [r["total_s"] for r in ok]
     words = sum(r["words"] for r in ok)
+    itl = [r["itl_ms"] for r in ok if r["itl_ms"] is not None]
     row = {"chats": n, "ok": len(ok), "ttft_p50_ms": pct(ttft, 50), "ttft_p99_ms": pct(ttft, 99),
-           "ttft_max_ms": max(ttft) if ttft else None, "reply_p50_s": pct(totals, 50), "reply_p99_s": pct(totals, 99),
+           "ttft_max_ms": max(ttft) if ttft else None,
+           "inter_token_p50_ms": pct(itl, 50), "inter_token_p99_ms": pct(itl, 99), "reply_p50_s": pct(totals, 50), "reply_p99_s": pct(totals, 99),
            "words_p50": statistics.median([r["words"] for r in ok]) if ok else None,
            "words_per_s": words / wall if wall > 0 else None, "wall_s": wall,
            "errors": sorted({r.get("error", "no content") for r in results if not r["ok"]})[:3]}
-    print(f"chats {n:4d}: ttft p50 {row['ttft_p50_ms'] or 0:7.0f} ms p99 {row['ttft_p99_ms'] or 0:7.0f} ms; reply p50 "
+    print(f"chats {n:4d}: ttft p50 {row['ttft_p50_ms'] or 0:7.0f} ms p99 {row['ttft_p99_ms'] or 0:7.0f} ms; between tokens p50 "
+          f"{row['inter_token_p50_ms'] or 0:5.1f} ms; reply p50 "
           f"{row['reply_p50_s'] or 0:5.2f} s; {row['words_p50']} words; {row['words_per_s'] or 0:7.0f} words/s; "
           f"ok {len(ok)}/{n}", flush=True)
     return row

@@ -28,6 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.barge_in import summary, trial  # noqa: E402
 from testkit.corpus import wer  # noqa: E402
 from testkit.phone_prompts import pcm8k, prompt, speech_onset_s  # noqa: E402
 from transports.phone.loopback_caller import LoopbackCaller  # noqa: E402
@@ -50,50 +51,9 @@ async def get_json(url: str) -> dict:
         return await r.json()
 
 
-def heard_until(caller: LoopbackCaller, start: float, stop: float) -> float | None:
-    """When the caller last heard bot speech that arrived in [start, stop): its playout buffer plays
-    each chunk after the ones before it, and a ``clear`` drops whatever was still to play."""
-    events = sorted([(at, p) for at, p in caller.inbound.media if start <= at < stop]
-                    + [(at, None) for at in caller.inbound.clears if start <= at < stop], key=lambda e: e[0])
-    play_end, voiced_end = start, None
-    for at, payload in events:
-        if payload is None:  # clear
-            play_end = at
-            if voiced_end is not None:
-                voiced_end = min(voiced_end, at)
-            continue
-        play_end = max(play_end, at) + len(payload) / 8000.0
-        if caller.voiced(payload):
-            voiced_end = play_end
-    return voiced_end
-
-
-async def barge_ins(caller: LoopbackCaller, count: int) -> tuple[list[float], list[float]]:
-    """Ask, and speak over the answer 0.3 s into it. Per barge-in: ms from the caller's speech onset to
-    ``clear`` on the wire, and to the end of the bot speech the caller hears (silence at the caller)."""
-    clear_ms, silence_ms = [], []
-    for name in PROMPTS[:count]:
-        asked = await caller.say(pcm8k(name))
-        first = None
-        for _ in range(1000):
-            if (first := caller.first_voiced_after(asked.last)) is not None:
-                break
-            await asyncio.sleep(0.02)
-        if first is None:
-            continue
-        await asyncio.sleep(0.3)
-        speech = pcm8k("hello-world")
-        spoken = await caller.say(speech)
-        onset = spoken.started(speech_onset_s(speech))
-        clears = [t for t in caller.inbound.clears if t > first]
-        if clears:
-            clear_ms.append((clears[0] - onset) * 1000.0)
-        silent = heard_until(caller, first, spoken.last)  # the answer to the barge-in comes after
-        if silent is not None and silent > onset:
-            silence_ms.append((silent - onset) * 1000.0)
-        await caller.wait_reply(spoken.last, timeout_s=20)
-        await asyncio.sleep(0.5)
-    return clear_ms, silence_ms
+async def barge_ins(caller: LoopbackCaller, count: int) -> list[dict]:
+    """Ask, and speak over the answer 0.3 s into it (``bench/barge_in.py`` runs many more, at random points)."""
+    return [await trial(caller, name, "hello-world", 0.3) for name in PROMPTS[:count]]
 
 
 async def call(url: str, names: list[str], warmup: str, barge_in_count: int = 0) -> dict:
@@ -112,13 +72,16 @@ async def call(url: str, names: list[str], warmup: str, barge_in_count: int = 0)
                          "reply_s": None if reply is None else reply[1] - reply[0]})
         await asyncio.sleep(0.5)
     record = await get_json(f"{url}/phone/calls/{caller.stream_sid}")
-    clears, silences = await barge_ins(caller, barge_in_count)
+    barge = await barge_ins(caller, barge_in_count)
     await caller.hang_up()
     turns = [t for t in record["turns"] if t["transcript"]][1:]  # drop the warm-up turn
     for row, turn in zip(rows, turns, strict=False):
         row.update(heard=turn["transcript"], reply=turn["reply"], wer=wer(prompt(row["prompt"]).text, turn["transcript"]),
                    server_stages_ms=turn["stages_ms"])
-    return {"rows": rows, "call": record, "barge_in_clear_ms": clears, "barge_in_silence_ms": silences}
+    counted = [b for b in barge if b["counted"]]
+    return {"rows": rows, "call": record, "barge_in_rows": barge,
+            "barge_in_clear_ms": [b["onset_to_clear_ms"] for b in counted if b["onset_to_clear_ms"] is not None],
+            "barge_in_silence_ms": [b["onset_to_silence_ms"] for b in counted]}
 
 
 def trailing_silence_s(pcm: bytes) -> float:
@@ -160,10 +123,9 @@ async def main(args: argparse.Namespace) -> dict:
                                                 if r["last_voiced_to_first_audio_ms"] is not None]),
         "server_eos_to_first_audio_ms": stats([r["server_stages_ms"]["eos_to_first_audio"] for r in rows
                                                if "eos_to_first_audio" in r.get("server_stages_ms", {})]),
-        "barge_in_clear_ms": {**stats(result["barge_in_clear_ms"]),
-                              "values": [round(v, 1) for v in result["barge_in_clear_ms"]]},
-        "barge_in_silence_ms": {**stats(result["barge_in_silence_ms"]),
-                                "values": [round(v, 1) for v in result["barge_in_silence_ms"]]},
+        "barge_in_clear_ms": {**summary(result["barge_in_clear_ms"]), "values": result["barge_in_clear_ms"]},
+        "barge_in_silence_ms": {**summary(result["barge_in_silence_ms"]), "values": result["barge_in_silence_ms"]},
+        "barge_in_rows": result["barge_in_rows"],
         "output": {k: stats_out[k] for k in ("output_chunk_lateness_ms", "output_pacer_lateness_ms",
                                              "output_underrun_gap_ms", "underruns", "chunks_out")},
         "rows": rows,
@@ -183,10 +145,10 @@ def report(out: dict) -> None:
     b, q = out["barge_in_clear_ms"], out["barge_in_silence_ms"]
     if q["n"]:
         print(f"barge-in: caller's speech onset -> silence at the caller: p50 {q['p50']:.0f} ms, "
-              f"max {q['max']:.0f} ms {q['values']}")
+              f"p95 {q['p95']:.0f} ms, max {q['max']:.0f} ms {q['values']}")
     if b["n"]:
-        print(f"          caller's speech onset -> clear on the wire:   p50 {b['p50']:.0f} ms, "
-              f"max {b['max']:.0f} ms {b['values']}")
+        print(f"          caller's speech onset -> clear at the caller: p50 {b['p50']:.0f} ms, "
+              f"p95 {b['p95']:.0f} ms, max {b['max']:.0f} ms {b['values']}")
     o = out["output"]
     print(f"output chunk lateness {o['output_chunk_lateness_ms']}, pacer {o['output_pacer_lateness_ms']}, "
           f"underruns {o['underruns']} of {o['chunks_out']} chunks")

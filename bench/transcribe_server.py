@@ -1,30 +1,42 @@
-"""Throughput of ``POST /v1/audio/transcriptions``: audio seconds per wall second against
-concurrency and clip length, p50/p90 latency, and cost per audio hour at a stated price.
+"""Throughput of ``POST /v1/audio/transcriptions`` through HTTP, next to the engine's own RTFx.
 
-A real server runs in a child process (this file with ``--serve``: only ``asr.offline`` and the
-engine are imported, no pipecat on the Parakeet path); closed-loop clients keep ``C`` requests
-in flight with aiohttp, each a WAV upload in one request. Speech is real (Debian's Asterisk
-prompts strung together) where installed, speech-like synthetic audio otherwise.
+GPU (H200), one command from the repository root, on a machine with torch + CUDA (pipecat, loguru
+and pytest are not needed; it imports asr/, bench/, agent.models and agent/__init__ only):
 
-CPU, embedded Whisper:   python bench/transcribe_server.py
-GPU, Parakeet (H200):    python bench/transcribe_server.py --engine parakeet --device cuda --dtype bfloat16 \\
-                             --model CHECKPOINT_DIR --plan "10:1,16,64;300:1,16,64;3600:1,8" --price 3.50
-``--model random-v3`` builds the 0.6B v3 architecture with random weights biased to emit like
-speech (``asr.parakeet.random_v3``), for GPUs without a checkpoint. ``--parakeet-backend`` picks the
-profiled GPU encoder (``fast``, the default on CUDA; ``--profiles`` sets its shapes) or the
-general engine (``general``). ``bench/gpu_issue6.sh`` is the H200 run.
-The server runs with ``cadence transcribe-server``'s defaults: packing off (``--pack`` turns it on,
-as the server's flag does; it is off there because a packed short window can be dropped) and the
-default admission limits (``--max-inflight``, ``--max-audio-held-s`` raise them for big plans).
-``--plan`` is ``clip_seconds:concurrency,...`` groups separated by ``;``; ``--price`` is the
-machine's price in USD per hour (defaults: $0.085 for a 2-vCPU cloud VM, $3.50 for one H200).
+    pip install aiohttp uvloop numpy soundfile soxr 'transformers>=5.0'   # what torch + CUDA lack
+    python3 bench/transcribe_server.py --device cuda
+
+That runs Parakeet-TDT with the 0.6B v3 architecture and random weights biased to emit like speech
+(``--model random-v3``, the default on CUDA; give a checkpoint folder for the real model), bf16, the
+fast backend, and ``cadence transcribe-server``'s defaults (host worker processes: min(cores - 1, 8);
+``max_inflight`` raised to the largest concurrency of the plan, the only change), over the plan
+``10:1,256;mix:256;3600:4``: one 10 s request alone (its p50 latency), 10 s clips at 256 requests in
+flight, the leaderboard-like length mix (1-35 s, mean ~7 s, like LibriSpeech test-clean:
+``bench/transcribe_load.py``) at 256, and 1 h files four at once. It writes
+``bench/results/transcribe_server_parakeet_gpu.json`` (``--name``, ``--out``) with, per group,
+audio s per wall s through HTTP, the engine's own RTFx at the same lengths measured in the same run
+(the server process, before it serves: the same windows, batched by length, engine calls timed
+alone), their ratio, p50/p90 latency, and the server's CPU seconds (engine process + host workers)
+per audio hour. Clients are ``--clients`` processes (default 4 on CUDA) so the load generator is
+not the limit (``client_cpu_s`` says how busy they were).
+
+The host path alone (``--engine null``: no model, words made up at once), any machine:
+    python3 bench/transcribe_server.py --engine null --plan "10:64;3600:4" --workers 8
+
+CPU, embedded Whisper tiny.en (the server's defaults: one process):
+    python3 bench/transcribe_server.py
+    python3 bench/transcribe_server.py --workers 1 --name transcribe_server_whisper_cpu_workers1
+
+``--plan`` is ``CLIPS:concurrency,...`` groups separated by ``;`` (CLIPS: seconds, or ``mix``);
+``--price`` the machine's USD per hour (defaults: $0.085 for a 2-vCPU cloud VM, $3.50 for one H200).
+``--parakeet-backend`` picks the profiled GPU encoder (``fast``, the default on CUDA; ``--profiles``
+sets its shapes) or the general engine (``general``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import json
 import math
 import os
@@ -37,13 +49,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-DEFAULT_PLAN = "10:1,2,4,8;300:1,4,8"
+from bench.transcribe_load import Clients, clip_set, speech, tree_cpu_seconds  # noqa: E402
+
+CPU_PLAN = "10:1,4,8;mix:8;300:4"
+GPU_PLAN = "10:1,256;mix:256;3600:4"
 PRICES = {"cpu": 0.085, "cuda": 3.50}
+
+
+def parse_plan(text: str) -> list[tuple[str, list[int]]]:
+    plan = []
+    for group in filter(None, text.split(";")):
+        clips, levels = group.split(":")
+        if clips != "mix":
+            float(clips)
+        plan.append((clips, [int(c) for c in levels.split(",")]))
+    return plan
 
 
 class _NumberedTokenizer:
@@ -94,226 +117,261 @@ def random_v3_engine(spec: Any) -> Any:
     return ParakeetWindowEngine(engine, "parakeet-random-v3", max_batch, PlanOptions())
 
 
-def serve_main(args: argparse.Namespace) -> None:
-    """Child process: build the engine, serve, print the URL."""
+class NullEngine:
+    """No model: 2.5 made-up words per second of each window, at once. What the host path alone carries."""
+
+    name, sample_rate, max_batch, languages = "null", 16000, 64, None
+
+    def __init__(self) -> None:
+        from asr.offline.plan import PlanOptions
+
+        self.plan = PlanOptions()
+
+    def transcribe_windows(self, windows: list[Any], language: str | None) -> list[list[Any]]:
+        from asr.offline.results import Word
+
+        return [[Word(k * 0.4, k * 0.4 + 0.3, f" w{k}") for k in range(int(len(w) / 16000 * 2.5))] for w in windows]
+
+
+def build_engine(args: argparse.Namespace) -> Any:
+    if args.engine == "null":
+        return NullEngine()
     from agent.models import resolve_engine_spec
     from asr.offline.engine_factory import make_engine
-    from asr.offline.server import ServerOptions, serve
-    from asr.offline.transcriber import OfflineTranscriber
     from asr.offline.window_engine import EngineSpec
 
     spec = EngineSpec(engine=args.engine, model=args.model, device=args.device, max_batch=args.max_batch,
-                      dtype=args.dtype, encoder_backend=args.encoder_backend, pack=args.pack,
+                      dtype=args.dtype, encoder_backend=args.encoder_backend,
                       parakeet_backend=args.parakeet_backend, profiles=args.profiles)
-    engine = random_v3_engine(spec) if args.model == "random-v3" else make_engine(resolve_engine_spec(spec))
+    return random_v3_engine(spec) if args.model == "random-v3" else make_engine(resolve_engine_spec(spec))
+
+
+def engine_rtfx(engine: Any, plan: list[tuple[str, list[int]]], min_audio_s: float, passes: int) -> dict[str, Any]:
+    """The engine alone on each group's clips: the server's windows, batched by length, engine calls
+    timed; the best of ``passes`` passes."""
+    from asr.offline.plan import plan_windows
+    from asr.offline.window_batcher import length_batches
+
+    out: dict[str, Any] = {}
+    for key, levels in plan:
+        distinct = clip_set(key, max(levels))
+        audio = [speech(s, seed) for s, seed in distinct]
+        per_clip = [[w.audio(a) for w in plan_windows(a, engine.sample_rate, engine.plan)] for a in audio]
+        n = max(levels)  # as many clips as the largest level has in flight, more up to min_audio_s
+        while sum(len(audio[i % len(audio)]) for i in range(n)) / 16000 < min_audio_s:
+            n += 1
+        windows = [w for i in range(n) for w in per_clip[i % len(audio)]]
+        audio_s = sum(len(audio[i % len(audio)]) for i in range(n)) / 16000
+        engine.transcribe_windows(windows[: engine.max_batch], None)  # warm-up
+        batches = length_batches([len(w) for w in windows], engine.max_batch)
+        walls = []
+        for _ in range(passes):  # the best pass: the first also meets shapes for the first time
+            t0 = time.perf_counter()
+            for batch in batches:
+                engine.transcribe_windows([windows[i] for i in batch], None)
+            walls.append(time.perf_counter() - t0)
+        wall = min(walls)
+        out[key] = {"audio_s": round(audio_s, 1), "windows": len(windows), "batches": len(batches),
+                    "wall_s": round(wall, 3), "rtfx": round(audio_s / wall, 1)}
+        print(f"engine alone, {key} clips: {out[key]['rtfx']:.1f}x real time ({len(windows)} windows)", flush=True)
+    return out
+
+
+def serve_main(args: argparse.Namespace) -> None:
+    """Child process: build the engine, time it alone, serve with the server's defaults, print the URL."""
+    from asr.offline.host_pool import default_workers, serve_workers
+    from asr.offline.server import ServerOptions, serve
+    from asr.offline.transcriber import OfflineTranscriber
+
+    engine = build_engine(args)
+    if args.engine_plan:
+        passes = 2 if args.device.startswith("cuda") else 1  # cheap on a GPU; Whisper on the CPU is slow
+        alone = engine_rtfx(engine, parse_plan(args.engine_plan), args.min_audio_s, passes)
+        print("ENGINE " + json.dumps(alone), flush=True)
+    workers = default_workers(args.device) if args.workers is None else args.workers
     options = ServerOptions(max_inflight=args.max_inflight, max_audio_held_s=args.max_audio_held_s)
-    asyncio.run(serve(OfflineTranscriber(engine, args.max_batch or None), "127.0.0.1", 0, options,
-                      lambda url: print(f"READY {url} {engine.name}", flush=True)))
+    transcriber = OfflineTranscriber(engine, args.max_batch or None)
 
+    def ready(url: str) -> None:
+        print(f"READY {url} {engine.name} {workers}", flush=True)
 
-def speech(seconds: float, seed: int) -> np.ndarray:
+    main = (serve_workers(transcriber, "127.0.0.1", 0, workers, options, ready) if workers
+            else serve(transcriber, "127.0.0.1", 0, options, ready))
     try:
-        from testkit.corpus import SOUNDS  # needs pytest
+        import uvloop
+
+        uvloop.run(main)
     except ImportError:
-        SOUNDS = Path("/nonexistent")
-    if SOUNDS.is_dir():
-        from testkit.offline_audio import speech_track
-
-        return speech_track(seconds, seed=seed)[0]
-    # No Asterisk prompts here (the GPU machine): speech-like harmonics with pauses in room tone.
-    n = int(seconds * 16000)
-    if seconds > 300:  # long clips repeat 5 minutes (the model's cost does not depend on the words)
-        return np.resize(speech(300, seed), n)
-    rng = np.random.default_rng(seed)
-    t = np.arange(n) / 16000
-    f0 = 100 + 80 * rng.random()
-    voiced = (np.sin(2 * np.pi * 0.4 * t + rng.random() * 6) > -0.3).astype(np.float32)
-    sig = sum(np.sin(2 * np.pi * f0 * k * t) / k for k in range(1, 6)) * (0.5 + 0.5 * np.sin(2 * np.pi * 4 * t))
-    return (0.1 * voiced * sig + 0.001 * rng.standard_normal(n)).astype(np.float32)
+        asyncio.run(main)
 
 
-def wav_bytes(audio: np.ndarray) -> bytes:
-    import wave
-
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
-    return buf.getvalue()
-
-
-def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str, str]:
+def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str, str, int, dict[str, Any]]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--serve", "--engine", args.engine, "--device",
            args.device, "--model", args.model, "--max-batch", str(args.max_batch), "--dtype", args.dtype,
            "--encoder-backend", args.encoder_backend, "--parakeet-backend", args.parakeet_backend,
            "--profiles", args.profiles, "--max-inflight", str(args.max_inflight),
-           "--max-audio-held-s", str(args.max_audio_held_s)] + (["--pack"] if args.pack else [])
+           "--max-audio-held-s", str(args.max_audio_held_s), "--min-audio-s", str(args.min_audio_s),
+           "--engine-plan", "" if args.no_engine_rtfx else args.plan]
+    if args.workers is not None:
+        cmd += ["--workers", str(args.workers)]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
-    lines = []
+    lines: list[str] = []
+    alone: dict[str, Any] = {}
     for line in proc.stdout:
         lines.append(line)
-        m = re.match(r"READY (\S+) (\S+)", line)
+        print("  server| " + line, end="", flush=True)
+        if line.startswith("ENGINE "):
+            alone = json.loads(line[len("ENGINE "):])
+        m = re.match(r"READY (\S+) (\S+) (\d+)", line)
         if m:
             threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
-            return proc, m.group(1), m.group(2)
+            return proc, m.group(1), m.group(2), int(m.group(3)), alone
     raise RuntimeError("server did not start:\n" + "".join(lines[-40:]))
 
 
-async def run_level(url: str, model: str, clips: list[bytes], clip_s: float, concurrency: int,
-                    requests: int) -> dict[str, Any]:
-    import aiohttp
+def health(url: str) -> dict[str, Any]:
+    import urllib.request
 
-    latencies: list[float] = []
-    server: list[dict[str, Any]] = []
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for i in range(requests):
-        queue.put_nowait(i)
-    timeout = aiohttp.ClientTimeout(total=3600)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    with urllib.request.urlopen(url + "/health", timeout=30) as r:
+        return json.loads(r.read())
 
-        async def worker() -> None:
-            while not queue.empty():
-                i = queue.get_nowait()
-                form = aiohttp.FormData()
-                form.add_field("file", clips[i % len(clips)], filename=f"clip{i}.wav", content_type="audio/wav")
-                form.add_field("model", model)
-                t0 = time.perf_counter()
-                async with session.post(f"{url}/v1/audio/transcriptions", data=form) as resp:
-                    body = await resp.text()
-                    if resp.status != 200:
-                        raise RuntimeError(f"HTTP {resp.status}: {body[:300]}")
-                    server.append(json.loads(resp.headers["x-cadence-timings"]))
-                latencies.append(time.perf_counter() - t0)
 
-        async with session.get(f"{url}/health") as r:
-            before = await r.json()
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        wall = time.perf_counter() - t0
-        async with session.get(f"{url}/health") as r:
-            after = await r.json()
-    batches = after["batches"] - before["batches"]
-    windows = after["windows"] - before["windows"]
-    lat = sorted(latencies)
+def level_row(key: str, concurrency: int, run: dict[str, Any], cpu_s: float, price: float) -> dict[str, Any]:
+    lat = run["latencies"]
+    audio_s, wall = run["audio_s"], run["wall_s"]
+    server = run["server"]
     return {
-        "clip_s": clip_s, "concurrency": concurrency, "requests": requests, "wall_s": round(wall, 2),
-        "audio_s_per_wall_s": round(requests * clip_s / wall, 2),
-        "latency_p50_s": round(statistics.median(lat), 3), "latency_p90_s": round(lat[math.ceil(0.9 * len(lat)) - 1], 3),
+        "clips": key, "concurrency": concurrency, "requests": len(lat), "audio_s": round(audio_s, 1),
+        "clip_s": round(audio_s / len(lat), 2),  # the mean for the mix (older readers take it as the length)
+        "wall_s": round(wall, 3),
+        "audio_s_per_wall_s": round(audio_s / wall, 1),
+        "latency_p50_s": round(statistics.median(lat), 4), "latency_p90_s": round(lat[math.ceil(0.9 * len(lat)) - 1], 4),
         "decode_s_mean": round(statistics.fmean(s["decode_s"] for s in server), 4),
-        "asr_s_mean": round(statistics.fmean(s["asr_s"] for s in server), 3),
-        "windows_per_batch": round(windows / batches, 2) if batches else 0.0,
+        "plan_s_mean": round(statistics.fmean(s["plan_s"] for s in server), 4),
+        "asr_s_mean": round(statistics.fmean(s["asr_s"] for s in server), 4),
+        "server_cpu_s": round(cpu_s, 2), "server_cpu_s_per_audio_h": round(cpu_s / (audio_s / 3600), 1),
+        "audio_s_per_server_cpu_s": round(audio_s / cpu_s, 1) if cpu_s > 0 else None,
+        "client_cpu_s": round(run["client_cpu_s"], 2),
+        "usd_per_audio_hour": round(price / (audio_s / wall), 6),
     }
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process so far (Linux /proc), or None."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def parse_plan(text: str) -> list[tuple[float, list[int]]]:
-    plan = []
-    for group in filter(None, text.split(";")):
-        secs, levels = group.split(":")
-        plan.append((float(secs), [int(c) for c in levels.split(",")]))
-    return plan
 
 
 def main() -> None:
     from asr.offline.server import ServerOptions
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--engine", default="whisper", choices=("whisper", "parakeet"))
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--model", default="", help="whisper: CTranslate2 dir; parakeet: checkpoint (folder or .nemo)")
-    ap.add_argument("--dtype", default="float32", help="parakeet: float32 | bfloat16")
-    ap.add_argument("--encoder-backend", default="eager", help="parakeet: eager | compiled | onnx | tensorrt")
+    ap.add_argument("--engine", default=None, choices=("whisper", "parakeet", "null"),
+                    help="default: parakeet on CUDA, whisper on the CPU; null: no model (the host path alone)")
+    ap.add_argument("--model", default=None, help="whisper: CTranslate2 dir; parakeet: checkpoint (folder or .nemo) "
+                                                  "or random-v3 (the default for parakeet)")
+    ap.add_argument("--dtype", default=None, help="parakeet: float32 | bfloat16 (default: bfloat16 on CUDA)")
+    ap.add_argument("--encoder-backend", default="eager", help="parakeet general: eager | compiled | onnx | tensorrt")
     ap.add_argument("--parakeet-backend", default="auto", choices=("auto", "fast", "general"),
                     help="parakeet: fast (profiled GPU encoder), general, auto (fast on CUDA)")
     ap.add_argument("--profiles", default="", help="parakeet fast: encoder profiles name=BATCHxFRAMES,... "
                                                    "(default: 10/20/30 s at the max batch)")
     ap.add_argument("--max-batch", type=int, default=0, help="windows per engine call (0: the engine's default)")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="host worker processes (default: the server's, min(cores - 1, 8) on CUDA, 0 on the CPU)")
     defaults = ServerOptions()
-    ap.add_argument("--pack", action="store_true", help="pack short windows of several requests into one input "
-                    "(off by default, as in cadence transcribe-server)")
-    ap.add_argument("--max-inflight", type=int, default=defaults.max_inflight,
-                    help="server: requests held at once (default: the server's, %(default)s)")
+    ap.add_argument("--max-inflight", type=int, default=None,
+                    help=f"server: requests held at once (default: the server's {defaults.max_inflight}, or the "
+                         "plan's largest concurrency when higher)")
     ap.add_argument("--max-audio-held-s", type=float, default=defaults.max_audio_held_s,
                     help="server: decoded audio held at once (default: the server's, %(default)s)")
-    ap.add_argument("--plan", default=DEFAULT_PLAN, help="clip_s:concurrency,...;... (default %(default)s)")
-    ap.add_argument("--min-audio-s", type=float, default=240.0, help="audio per level at least (repeats rounds)")
-    ap.add_argument("--max-rounds", type=int, default=4, help="rounds of C requests per level at most")
+    ap.add_argument("--plan", default=None, help=f"CLIPS:concurrency,...;... (default: {CPU_PLAN!r} on the CPU, "
+                                                 f"{GPU_PLAN!r} on CUDA)")
+    ap.add_argument("--min-audio-s", type=float, default=None,
+                    help="audio per level at least, in rounds of C requests (default: 240 on the CPU, 7200 on CUDA)")
+    ap.add_argument("--max-rounds", type=int, default=4,
+                    help="rounds of C requests per level at most (five times as many for C = 1)")
+    ap.add_argument("--clients", type=int, default=None, help="client processes (default: 4 on CUDA, 1 on the CPU)")
+    ap.add_argument("--no-engine-rtfx", action="store_true", help="skip timing the engine alone")
     ap.add_argument("--name", default=None, help="result file name (default transcribe_server_ENGINE_DEVICE)")
     ap.add_argument("--price", type=float, default=None, help="USD per machine hour")
     ap.add_argument("--out", default=None, help="results folder (default bench/results)")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--engine-plan", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    cuda = args.device.startswith("cuda")
+    args.engine = args.engine or ("parakeet" if cuda else "whisper")
+    args.model = args.model if args.model is not None else ("random-v3" if args.engine == "parakeet" else "")
+    args.dtype = args.dtype or ("bfloat16" if cuda else "float32")
+    args.plan = args.plan or (GPU_PLAN if cuda else CPU_PLAN)
+    args.min_audio_s = args.min_audio_s if args.min_audio_s is not None else (7200.0 if cuda else 240.0)
+    plan = parse_plan(args.plan)
+    args.max_inflight = args.max_inflight or max(defaults.max_inflight, *(max(lv) for _, lv in plan))
     if args.serve:
         return serve_main(args)
-    price = args.price if args.price is not None else PRICES["cuda" if args.device.startswith("cuda") else "cpu"]
-    name = args.name or f"transcribe_server_{args.engine}_{'gpu' if args.device.startswith('cuda') else 'cpu'}"
+    price = args.price if args.price is not None else PRICES["cuda" if cuda else "cpu"]
+    name = args.name or f"transcribe_server_{args.engine}_{'gpu' if cuda else 'cpu'}"
     t_start = time.perf_counter()
-    proc, url, model = start_server(args)
+    proc, url, model, workers, alone = start_server(args)
     startup_s = round(time.perf_counter() - t_start, 1)
-    print(f"server ready in {startup_s} s", flush=True)
+    print(f"server ready in {startup_s} s ({workers} host workers)", flush=True)
     rows: list[dict[str, Any]] = []
     data: dict[str, Any] = {"engine": args.engine, "model": model, "device": args.device, "price_usd_per_hour": price,
-                            "plan": args.plan, "pack": args.pack, "max_inflight": args.max_inflight,
-                            "max_audio_held_s": args.max_audio_held_s, "server_startup_s": startup_s, "results": rows}
+                            "plan": args.plan, "host_workers": workers, "max_inflight": args.max_inflight,
+                            "max_audio_held_s": args.max_audio_held_s, "server_startup_s": startup_s,
+                            "cores": os.cpu_count(), "engine_alone": alone, "results": rows}
     if args.engine == "parakeet":
         data.update(parakeet_backend=args.parakeet_backend, profiles=args.profiles, dtype=args.dtype)
     from bench.offline_report import save
 
+    clients = Clients(args.clients or (4 if cuda else 1), model,
+                      {key: clip_set(key, max(levels)) for key, levels in plan})
     try:
-        for clip_s, levels in parse_plan(args.plan):
-            distinct = min(8, max(levels)) if clip_s < 600 else min(2, max(levels))  # long clips: few, to save time
-            clips = [wav_bytes(speech(clip_s, seed)) for seed in range(distinct)]
-            asyncio.run(run_level(url, model, clips[:1], clip_s, 1, 1))  # warm-up
+        for key, levels in plan:
+            distinct = clip_set(key, max(levels))
+            mean_s = statistics.fmean(s for s, _ in distinct)
+            clients.run(url, key, 1, 1)  # warm-up
             for c in levels:
-                rounds = max(1, math.ceil(args.min_audio_s / (clip_s * c)))
-                cpu0 = cpu_seconds(proc.pid)
-                row = asyncio.run(run_level(url, model, clips, clip_s, c, c * min(rounds, args.max_rounds)))
-                cpu1 = cpu_seconds(proc.pid)
-                row["usd_per_audio_hour"] = round(price / row["audio_s_per_wall_s"], 5)
-                if cpu0 is not None and cpu1 is not None:  # robust to other load on a shared machine
-                    row["server_cpu_s"] = round(cpu1 - cpu0, 2)
-                    row["audio_s_per_server_cpu_s"] = round(row["requests"] * clip_s / (cpu1 - cpu0), 2)
+                cap = args.max_rounds if c > 1 else 5 * args.max_rounds  # alone: enough requests for a p50
+                rounds = min(cap, max(1, math.ceil(args.min_audio_s / (mean_s * c))))
+                own0, workers0 = tree_cpu_seconds(proc.pid)
+                before = health(url)
+                run = clients.run(url, key, c, c * rounds)
+                after = health(url)
+                own1, workers1 = tree_cpu_seconds(proc.pid)
+                row = level_row(key, c, run, own1 - own0 + workers1 - workers0, price)
+                row["engine_process_cpu_s"] = round(own1 - own0, 2)  # the rest is the host workers'
+                batches = after["batches"] - before["batches"]
+                row["windows_per_batch"] = round((after["windows"] - before["windows"]) / batches, 2) if batches else 0
                 rows.append(row)
                 save(name, data, args.out)  # partial results survive a run cut short
-                print(f"clip {clip_s:6g} s  x{c:<3d}: {row['audio_s_per_wall_s']:8.1f} audio s/s  "
-                      f"p50 {row['latency_p50_s']:7.2f} s  p90 {row['latency_p90_s']:7.2f} s  "
-                      f"batch {row['windows_per_batch']:5.2f}  {row.get('audio_s_per_server_cpu_s', 0):6.1f} audio s/cpu s  "
-                      f"${row['usd_per_audio_hour']:.4f}/audio h", flush=True)
+                print(f"{key:>6} clips x{c:<4d}: {row['audio_s_per_wall_s']:9.1f} audio s/s  "
+                      f"p50 {row['latency_p50_s'] * 1000:8.1f} ms  p90 {row['latency_p90_s'] * 1000:8.1f} ms  "
+                      f"{row['server_cpu_s_per_audio_h']:7.1f} server cpu s/audio h  "
+                      f"batch {row['windows_per_batch']:5.2f}  client cpu {row['client_cpu_s']:.2f} s", flush=True)
     finally:
+        clients.close()
         proc.terminate()
-        proc.wait(timeout=30)
-    summary = {}
-    for clip_s, _ in parse_plan(args.plan):
-        level_rows = [r for r in rows if r["clip_s"] == clip_s]
-        best = max(level_rows, key=lambda r: r["audio_s_per_wall_s"])
-        one = next(r for r in level_rows if r["concurrency"] == min(x["concurrency"] for x in level_rows))
-        summary[f"{clip_s:g}s"] = {"best_audio_s_per_wall_s": best["audio_s_per_wall_s"],
-                                   "at_concurrency": best["concurrency"],
-                                   "best_vs_concurrency_1": round(best["audio_s_per_wall_s"] / one["audio_s_per_wall_s"], 2),
-                                   "usd_per_audio_hour": best["usd_per_audio_hour"]}
-        if not args.device.startswith("cuda") and "audio_s_per_server_cpu_s" in best:
-            # What the same work costs when every core is busy at the measured efficiency.
-            per_core = max(r["audio_s_per_server_cpu_s"] for r in level_rows)
-            summary[f"{clip_s:g}s"]["usd_per_audio_hour_all_cores_busy"] = round(price / (os.cpu_count() or 1) / per_core, 5)
-            summary[f"{clip_s:g}s"]["best_audio_s_per_server_cpu_s"] = per_core
-        print(f"{clip_s:g} s clips: best {best['audio_s_per_wall_s']} audio s/s at x{best['concurrency']} "
-              f"({summary[f'{clip_s:g}s']['best_vs_concurrency_1']}x concurrency 1); "
-              f"${best['usd_per_audio_hour']:.4f} per audio hour at ${price}/h")
-    data["summary"] = summary
+        proc.wait(timeout=60)
+    data["summary"] = summarize(plan, rows, alone)
     data["total_wall_s"] = round(time.perf_counter() - t_start, 1)
+    print(json.dumps(data["summary"], indent=1))
     print(f"wrote {save(name, data, args.out)} ({data['total_wall_s']} s in all)")
+
+
+def summarize(plan: list[tuple[str, list[int]]], rows: list[dict[str, Any]], alone: dict[str, Any]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for key, _ in plan:
+        group = [r for r in rows if r["clips"] == key]
+        best = max(group, key=lambda r: r["audio_s_per_wall_s"])
+        engine = alone.get(key, {}).get("rtfx")
+        summary[key] = {"best_audio_s_per_wall_s": best["audio_s_per_wall_s"], "at_concurrency": best["concurrency"],
+                        "engine_alone_rtfx": engine,
+                        "http_vs_engine": round(best["audio_s_per_wall_s"] / engine, 3) if engine else None,
+                        "server_cpu_s_per_audio_h": best["server_cpu_s_per_audio_h"],
+                        "usd_per_audio_hour": best["usd_per_audio_hour"],
+                        "latency_p50_s_at_best": best["latency_p50_s"]}
+        one = [r for r in group if r["concurrency"] == 1]
+        if one:
+            summary[key]["single_request_latency_p50_s"] = one[0]["latency_p50_s"]
+    return summary
 
 
 if __name__ == "__main__":

@@ -23,12 +23,15 @@ $PY -m pip install -q --upgrade pip wheel
 
 # llama-cpp-python compiles llama.cpp from source (~5 min on 2 cores): build the wheel once
 # and keep it in a per-user cache, so later installs (and CI on this machine) take seconds.
-WHEELS="${CADENCE_WHEEL_CACHE:-$HOME/.cache/cadence/wheels}"
+# A portable build (AVX2/FMA, no -march=native): a native build on a VM whose CPU advertises AMX
+# but does not grant it crashed (general protection fault in libggml-cpu) on its first request.
+WHEELS="${CADENCE_WHEEL_CACHE:-$HOME/.cache/cadence/wheels}/portable-avx2"
 mkdir -p "$WHEELS"
 LLAMA_VERSION="0.3.36"
 if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
-  echo "== building llama-cpp-python $LLAMA_VERSION once (cached in $WHEELS)"
-  $PY -m pip wheel -q --no-deps -w "$WHEELS" "llama-cpp-python==$LLAMA_VERSION"
+  echo "== building llama-cpp-python $LLAMA_VERSION once (portable AVX2 build, cached in $WHEELS)"
+  CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}" \
+    $PY -m pip wheel -q --no-deps --no-cache-dir -w "$WHEELS" "llama-cpp-python==$LLAMA_VERSION"
 fi
 
 # The CPU build of torch (the registry's default is a multi-GB CUDA build).
@@ -36,5 +39,7 @@ $PY -m pip install -q "torch==2.13.0" 2>/dev/null || $PY -m pip install -q "torc
 extras="embedded,parakeet"
 [ $want_test -eq 1 ] && extras="$extras,dev"
 echo "== pip: cadence[$extras]"
+# the cached build, also over an older one already in the venv (a local wheel: seconds)
+$PY -m pip install -q --no-index --no-deps --force-reinstall "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl
 $PY -m pip install -q --find-links "$WHEELS" "llama-cpp-python==$LLAMA_VERSION" -e ".[$extras]"
 echo "== installed: $($PY -c 'import pipecat, sys; print("pipecat", pipecat.__version__ if hasattr(pipecat, "__version__") else "?", "python", sys.version.split()[0])')"

@@ -23,7 +23,9 @@ def test_embedded_server_starts_answers_and_stops():
         assert r.status_code == 200
         assert r.json()["choices"][0]["message"]["content"].strip()
         proc = server.process
+        assert proc is not None and server.pid == proc.pid  # what NVML reads the server's GPU memory by
     assert proc is not None and proc.poll() is not None  # stopped
+    assert server.pid is None
 
 
 def test_vllm_command_carries_the_planned_memory_share():

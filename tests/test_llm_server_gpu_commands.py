@@ -48,8 +48,11 @@ def test_vllm_command_is_pinned_with_its_share_length_and_name():
 def test_transformers_serve_command_and_health_path():
     cmd = transformers_command("/tmp/llm", 8011, cache_memory_fraction=0.232)
     assert cmd == [sys.executable, "-m", "transformers.cli.transformers", "serve", "--host", "127.0.0.1",
-                   "--port", "8011", "--continuous-batching", "--cb-max-memory-percent", "0.2320", "/tmp/llm"]
-    assert transformers_command("/tmp/llm", 1)[-2:] == ["--continuous-batching", "/tmp/llm"]
+                   "--port", "8011", "--continuous-batching", "--cb-max-memory-percent", "0.2320",
+                   "--cb-use-cuda-graph", "/tmp/llm"]
+    assert transformers_command("/tmp/llm", 1)[-2:] == ["--continuous-batching", "/tmp/llm"]  # CPU: no graphs
+    eager = transformers_command("/tmp/llm", 1, ["--no-cb-use-cuda-graph"], cache_memory_fraction=0.2)
+    assert "--cb-use-cuda-graph" not in eager and eager[-2:] == ["--no-cb-use-cuda-graph", "/tmp/llm"]
     assert health_url("http://127.0.0.1:8011/v1", "transformers") == "http://127.0.0.1:8011/health"
     assert health_url("http://127.0.0.1:8011/v1", "vllm") == "http://127.0.0.1:8011/v1/models"
     with pytest.raises(ValueError):
@@ -76,7 +79,7 @@ def test_config_to_transformers_server_sizes_its_cache_to_the_share(tmp_path):
     expected = transformers_cache_fraction(35 * GIB, int(2.5 * GIB), 139 * GIB)
     # (35 - 2.5 - 3) / (139 - 2.5 - 3) of the free memory: the cache plus weights stay inside 35 GiB
     assert expected == pytest.approx(29.5 / 133.5, abs=1e-4) and expected <= 29.5 / 133.5
-    assert server.command[-3:] == ["--cb-max-memory-percent", f"{expected:.4f}", str(model)]
+    assert server.command[-4:] == ["--cb-max-memory-percent", f"{expected:.4f}", "--cb-use-cuda-graph", str(model)]
     assert server.env is not None and server.env["CUDA_VISIBLE_DEVICES"] == "0"
     assert server.model_name == str(model) and server.start_timeout_s >= 600
     cfg.gpu.llm_fraction = 0.02  # 2.8 GiB cannot hold 2.5 GiB of weights and the context

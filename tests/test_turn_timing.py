@@ -26,3 +26,19 @@ def test_every_transcript_before_the_request_counts_and_the_last_one_times_the_t
     assert turn.late_transcripts == 0
     assert round(turn.stages_ms()["eos_to_transcript"]) == 400
     assert round(turn.stages_ms()["transcript_to_llm_first_token"]) == 300
+
+
+def test_speech_after_the_request_started_does_not_move_the_end_of_speech():
+    # run 18 (phone callers on the H200): eos_to_transcript -2,551 ms, the caller's next words ended
+    # 2.5 s after the transcript that reached the LLM and were taken as this turn's end of speech
+    turn = TurnTiming(index=0)
+    turn.add_vad_stop(10.2, 0.2)
+    turn.add_transcript("t3904 t3904", 10.4)
+    turn.llm_start, turn.llm_first_token = 10.5, 10.7
+    turn.add_vad_stop(13.0, 0.2)
+    assert turn.end_of_speech == 10.0
+    assert all(v >= 0 for v in turn.stages_ms().values())
+    early = TurnTiming(index=1)
+    early.add_vad_stop(5.0, 0.2)
+    early.add_vad_stop(6.0, 0.2)  # a pause inside the turn, before any request: the later stop counts
+    assert early.end_of_speech == 5.8

@@ -84,6 +84,7 @@ def plot(path: Path, cap: int, levels: list[LevelResult], min_ratio: float, titl
     if cap > 0:
         ax.axvline(cap, color="tab:green", linestyle="--", label=f"knee: cap = {cap} callers")
     ax.set_xscale("log", base=2)
+    ax.set_xlim(min(xs) / 1.5, max(xs) * 1.5)  # a level with no data at all must not leave it unbounded
     ax.set_xticks(xs, [str(x) for x in xs])
     ax.set_xlabel("concurrent callers")
     ax.set_ylabel("delivered audio s per wall s")
@@ -96,6 +97,7 @@ def plot(path: Path, cap: int, levels: list[LevelResult], min_ratio: float, titl
         ax2.plot(xs, series([r.first_audio_p50_ms for r in levels]), "s--", color="tab:orange", alpha=0.45,
                  label="first audio p50 (ms)")
     ax2.set_ylabel("end of speech -> first audio (ms)", color="tab:orange")
+    ax2.set_xlim(ax.get_xlim())
     lines, labels = ax.get_legend_handles_labels()
     l2, lb2 = ax2.get_legend_handles_labels()
     ax.legend(lines + l2, labels + lb2, fontsize=8, loc="lower left")

@@ -24,7 +24,6 @@ def offline_words(words: Iterable[Any]) -> list[Word]:
 
 class ParakeetWindowEngine:
     languages = None  # v3 detects among its languages; v2 is English and ignores the hint
-    fixed_window_s = None  # cost follows the length: batch by length, never pack
 
     def __init__(self, engine: Any, name: str, max_batch: int, plan: PlanOptions) -> None:
         self.engine = engine

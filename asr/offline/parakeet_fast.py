@@ -77,7 +77,6 @@ def padded_batch(clips: Sequence[np.ndarray]) -> tuple[torch.Tensor, np.ndarray]
 
 class FastParakeetWindowEngine:
     languages = None  # v3 detects among its languages; v2 is English and ignores the hint
-    fixed_window_s = None  # cost follows the length (per profile): batch by length, never pack
 
     def __init__(self, transcriber: TokenTranscriber, tokenizer: Any, frame_seconds: float, name: str,
                  max_batch: int, plan: PlanOptions, sample_rate: int = 16000) -> None:

@@ -15,11 +15,14 @@ With an ``api_key``, ``/v1/*`` needs ``Authorization: Bearer KEY`` (``/health`` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
+import os
+import signal
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -27,6 +30,7 @@ from asr.offline.audio_budget import AudioBudget
 from asr.offline.decode import AudioTooLongError, decode_file, plausible_seconds, probe
 from asr.offline.errors import ApiError
 from asr.offline.formats import RESPONSE_FORMATS, render
+from asr.offline.inflight import LocalInflight
 from asr.offline.server_stream import POLL_S, ClientGone, client_gone, stream_transcript
 from asr.offline.transcriber import OfflineTranscriber, Timings, timings_header
 from asr.offline.upload import Upload, read_upload
@@ -113,13 +117,20 @@ def parse_params(upload: Upload, model_names: tuple[str, ...], languages: frozen
 
 
 class TranscriptionServer:
-    def __init__(self, transcriber: OfflineTranscriber, options: ServerOptions | None = None) -> None:
+    """The HTTP side: one per process (the only one, or each host worker: ``host_pool``).
+
+    ``inflight`` and ``budget`` default to this process's own; host workers pass the server-wide
+    ones (``SharedInflight``, ``RemoteBudget``).
+    """
+
+    def __init__(self, transcriber: OfflineTranscriber, options: ServerOptions | None = None,
+                 inflight: Any = None, budget: Any = None) -> None:
         self.transcriber = transcriber
         self.options = options or ServerOptions()
         engine = transcriber.engine
         self.model_names = (engine.name, *(a for a in self.options.aliases if a != engine.name))
-        self.inflight = 0
-        self.budget = AudioBudget(self.options.max_audio_held_s)
+        self.inflight = inflight if inflight is not None else LocalInflight()
+        self.budget = budget if budget is not None else AudioBudget(self.options.max_audio_held_s)
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[_errors, _auth(self.options.api_key)])
@@ -138,17 +149,14 @@ class TranscriptionServer:
         return web.json_response({"object": "list", "data": data})
 
     async def health(self, _: web.Request) -> web.Response:
-        stats = self.transcriber.batcher.stats
-        return web.json_response({"status": "ok", "model": self.model_names[0], "inflight": self.inflight,
-                                  "batches": stats.batches, "windows": stats.windows,
-                                  "engine_inputs": stats.inputs,
-                                  "queued_windows": self.transcriber.batcher.queued_windows})
+        engine = await self.transcriber.batcher.health()
+        return web.json_response({"status": "ok", "model": self.model_names[0], "inflight": self.inflight.total,
+                                  "pid": os.getpid(), **engine})
 
     async def transcriptions(self, request: web.Request) -> web.Response:
-        if self.inflight >= self.options.max_inflight:
+        if not self.inflight.try_enter(self.options.max_inflight):
             raise ApiError(429, f"the server is at its limit of {self.options.max_inflight} requests; retry later",
                            code="busy", headers={"Retry-After": "5"})
-        self.inflight += 1
         upload: Upload | None = None
         try:
             upload = await read_upload(request, int(self.options.max_upload_mb * 1e6), self.options.tmp_dir)
@@ -158,7 +166,7 @@ class TranscriptionServer:
             log.info("a client went away before its transcript was ready; its windows were withdrawn")
             return web.Response(status=499)  # nobody reads it
         finally:
-            self.inflight -= 1
+            self.inflight.leave()
             if upload is not None:
                 upload.cleanup()
 
@@ -230,9 +238,21 @@ async def _errors(request: web.Request, handler):  # type: ignore[no-untyped-def
         return ApiError(500, "internal error while transcribing; see the server log").response()
 
 
+def stop_on_signals(stop: asyncio.Event) -> None:
+    """SIGTERM and SIGINT set ``stop`` (where the running loop supports signal handlers)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+
+
 async def serve(transcriber: OfflineTranscriber, host: str, port: int, options: ServerOptions | None = None,
                 on_ready=None, stop: asyncio.Event | None = None) -> None:  # type: ignore[no-untyped-def]
-    """Serve until cancelled or ``stop`` is set; ``on_ready(url)`` is called once listening."""
+    """Serve until cancelled or ``stop`` is set (SIGTERM/SIGINT set it when none is given);
+    ``on_ready(url)`` is called once listening."""
+    if stop is None:
+        stop = asyncio.Event()
+        stop_on_signals(stop)
     server = TranscriptionServer(transcriber, options)
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
@@ -243,6 +263,6 @@ async def serve(transcriber: OfflineTranscriber, host: str, port: int, options: 
         url = f"http://{host}:{bound[1]}"
         if on_ready is not None:
             on_ready(url)
-        await (stop.wait() if stop is not None else asyncio.Event().wait())
+        await stop.wait()
     finally:
         await runner.cleanup()

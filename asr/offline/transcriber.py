@@ -2,8 +2,7 @@
 
 ``OfflineTranscriber`` serves concurrent requests on one engine through the
 ``WindowBatcher``; ``transcribe_corpus`` is the synchronous form for batch jobs (Ray
-workers, ``cadence transcribe``), batching the windows of several files by length itself (or packing them,
-for a fixed-length engine).
+workers, ``cadence transcribe``), batching the windows of several files by length itself.
 """
 
 from __future__ import annotations
@@ -15,11 +14,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from asr.offline.decode import decode_file
-from asr.offline.packing import transcribe_packed
 from asr.offline.plan import Window, plan_windows
 from asr.offline.results import Transcript, Word
 from asr.offline.stitch import build_transcript, place_words
@@ -54,11 +53,15 @@ def _finish(engine: WindowEngine, windows: list[Window], words: list[list[Word]]
 
 
 class OfflineTranscriber:
-    """Concurrent requests on one engine."""
+    """Concurrent requests on one engine.
 
-    def __init__(self, engine: WindowEngine, max_batch: int | None = None) -> None:
+    ``batcher`` defaults to a ``WindowBatcher`` on ``engine`` in this process; a host worker
+    passes a ``RemoteBatcher`` (the engine process's) and an ``EngineInfo`` for ``engine``.
+    """
+
+    def __init__(self, engine: WindowEngine | Any, max_batch: int | None = None, batcher: Any = None) -> None:
         self.engine = engine
-        self.batcher = WindowBatcher(engine, max_batch)
+        self.batcher = batcher if batcher is not None else WindowBatcher(engine, max_batch)
 
     async def transcribe_audio(self, audio: np.ndarray, language: str | None,
                                timings: Timings | None = None) -> Transcript:
@@ -111,18 +114,13 @@ def transcribe_corpus(engine: WindowEngine, audios: Sequence[np.ndarray], langua
     flat = [(f, k) for f, (_, clips) in enumerate(prepared) for k in range(len(clips))]
     clips = [prepared[f][1][k] for f, k in flat]
     words: list[list[Word]] = [[] for _ in flat]
-    if getattr(engine, "fixed_window_s", None):
-        words = transcribe_packed(engine, clips, language)
+    done = 0
+    for batch in length_batches([len(c) for c in clips], max_batch or engine.max_batch):
+        for i, ws in zip(batch, engine.transcribe_windows([clips[i] for i in batch], language), strict=True):
+            words[i] = ws
+        done += len(batch)
         if progress:
-            progress(len(clips), len(clips))
-    else:
-        done = 0
-        for batch in length_batches([len(c) for c in clips], max_batch or engine.max_batch):
-            for i, ws in zip(batch, engine.transcribe_windows([clips[i] for i in batch], language), strict=True):
-                words[i] = ws
-            done += len(batch)
-            if progress:
-                progress(done, len(clips))
+            progress(done, len(clips))
     per_file: list[list[list[Word]]] = [[[] for _ in p[1]] for p in prepared]
     for (f, k), ws in zip(flat, words, strict=True):
         per_file[f][k] = ws

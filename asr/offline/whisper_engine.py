@@ -23,7 +23,6 @@ LOGPROB_FLOOR = -1.0
 
 class WhisperWindowEngine:
     sample_rate = 16000
-    fixed_window_s = 30.0  # Whisper's encoder always sees 30 s
 
     def __init__(self, model: Any, name: str, max_batch: int, plan: PlanOptions) -> None:
         from faster_whisper.transcribe import BatchedInferencePipeline
@@ -45,10 +44,7 @@ class WhisperWindowEngine:
         model = shared_whisper_model(spec.model, spec.device, spec.compute_type)
         name = spec.name or "whisper-" + os.path.basename(os.path.normpath(spec.model))
         plan = spec_plan(spec, 30.0, longest_s=30.0)
-        engine = cls(model, name, spec.max_batch or 8, plan)
-        if not spec.pack:  # one request's audio never shares an input with another's
-            engine.fixed_window_s = None
-        return engine
+        return cls(model, name, spec.max_batch or 8, plan)
 
     def _tokenizer(self, language: str) -> Any:
         from faster_whisper.tokenizer import Tokenizer

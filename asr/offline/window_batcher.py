@@ -4,8 +4,9 @@ Each request hands over its windows; a single worker thread owns the engine and 
 each batch by taking the next request in round-robin order (so a 10 s request is not stuck
 behind a 3 h one), seeding the batch with that request's oldest window, and filling it with
 the pending windows (of any request, same language) closest in length, so padding inside a
-batch stays small. An engine with a fixed input length (Whisper: 30 s) instead gets several
-short windows packed into each input (``packing``). Results go back to each request's loop.
+batch stays small. Every window is its own engine input: windows of different requests are never
+packed into one input (Whisper, given six short prompts back to back, skipped one that repeated its
+neighbour's words). Results go back to each request's loop.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from asr.offline.packing import GAP_S, Pack, pack, run_packs
 from asr.offline.results import Word
 from asr.offline.window_engine import WindowEngine
 
@@ -38,7 +38,7 @@ class _Item:
 class BatchStats:
     batches: int = 0
     windows: int = 0
-    inputs: int = 0  # engine inputs: windows, or packs of windows
+    inputs: int = 0  # engine inputs (one per window)
     audio_s: float = 0.0
     busy_s: float = 0.0
     sizes: list[int] = field(default_factory=list)
@@ -91,6 +91,11 @@ class WindowBatcher:
             for it in items:
                 it.future.cancel()  # results still in flight are dropped, unread errors are not logged
 
+    async def health(self) -> dict[str, int]:
+        """What ``/health`` shows of the engine: batches, windows, engine inputs, windows queued."""
+        return {"batches": self.stats.batches, "windows": self.stats.windows, "engine_inputs": self.stats.inputs,
+                "queued_windows": self.queued_windows}
+
     @property
     def queued_windows(self) -> int:
         """Windows waiting for the engine (not counting the batch in progress)."""
@@ -111,29 +116,17 @@ class WindowBatcher:
                 if not q:
                     del self._pending[it.request]
 
-    def _next_batch(self) -> tuple[list[_Item], list[Pack] | None]:
-        """The next batch, and how it is packed (``None``: one window per engine input)."""
+    def _next_batch(self) -> list[_Item]:
+        """The next batch: the next request's oldest window and the pending windows closest in length."""
         request, queue = next(iter(self._pending.items()))
         self._pending.move_to_end(request)  # round robin: this request goes last next time
         seed = queue[0]
         others = [it for q in self._pending.values() for it in q if it is not seed and it.language == seed.language]
-        fixed = getattr(self.engine, "fixed_window_s", None)
-        if fixed:
-            candidates = [seed, *others]
-            packs = pack([len(it.audio) for it in candidates], int(fixed * self.engine.sample_rate),
-                         self.max_batch, int(GAP_S * self.engine.sample_rate), first=0)
-            chosen = sorted(i for p in packs for i, _ in p.members)
-            batch = [candidates[i] for i in chosen]
-            remap = {old: new for new, old in enumerate(chosen)}
-            for p in packs:
-                p.members = [(remap[i], off) for i, off in p.members]
-            self._take(batch)
-            return batch, packs
         target = len(seed.audio)
         others.sort(key=lambda it: abs(len(it.audio) - target))
         batch = [seed, *others[: self.max_batch - 1]]
         self._take(batch)
-        return batch, None
+        return batch
 
     def _run(self) -> None:
         while True:
@@ -142,30 +135,22 @@ class WindowBatcher:
                     self._cond.wait()
                 if self._closed:
                     return
-                batch, packs = self._next_batch()
+                batch = self._next_batch()
             t0 = time.perf_counter()
             try:
-                results = self._transcribe(batch, packs)
+                results = self.engine.transcribe_windows([it.audio for it in batch], batch[0].language)
             except Exception as exc:  # the engine failed: fail these windows, keep serving
                 for it in batch:
                     it.loop.call_soon_threadsafe(_settle, it.future, None, exc)
                 continue
             self.stats.batches += 1
             self.stats.windows += len(batch)
-            self.stats.inputs += len(batch) if packs is None else len(packs)
+            self.stats.inputs += len(batch)
             self.stats.sizes.append(len(batch))
             self.stats.audio_s += sum(len(it.audio) for it in batch) / self.engine.sample_rate
             self.stats.busy_s += time.perf_counter() - t0
             for it, words in zip(batch, results, strict=True):
                 it.loop.call_soon_threadsafe(_settle, it.future, words, None)
-
-    def _transcribe(self, batch: list[_Item], packs: list[Pack] | None) -> list[list[Word]]:
-        language = batch[0].language
-        if packs is None:
-            return self.engine.transcribe_windows([it.audio for it in batch], language)
-        results: list[list[Word]] = [[] for _ in batch]
-        run_packs(self.engine, packs, [it.audio for it in batch], language, results)
-        return results
 
 
 def _settle(future: asyncio.Future[list[Word]], words: list[Word] | None, exc: BaseException | None) -> None:

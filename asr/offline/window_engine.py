@@ -5,9 +5,7 @@ this module imports none of them).
 
 An engine transcribes a batch of windows (mono float32 at ``sample_rate``, each at most
 ``plan.max_window_s`` long) and returns, per window, its words with times relative to the
-window's first sample. It is called from one thread at a time (the batcher's). An engine
-that pads every input to a fixed length says so in ``fixed_window_s``, and the batcher then
-packs short windows of several requests into one input.
+window's first sample. It is called from one thread at a time (the batcher's).
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ class WindowEngine(Protocol):
     sample_rate: int
     plan: PlanOptions
     max_batch: int  # engine inputs per call
-    fixed_window_s: float | None  # the engine pads every input to this length: pack short windows
     languages: frozenset[str] | None  # None: any language the model detects
 
     def transcribe_windows(self, windows: list[np.ndarray], language: str | None) -> list[list[Word]]: ...
@@ -48,7 +45,6 @@ class EngineSpec:
     max_batch: int = 0  # 0: the engine's default
     max_window_s: float = 0.0  # 0: the engine's default
     overlap_s: float | None = None  # audio shared by two windows cut inside speech; None: the planner's default
-    pack: bool = False  # fixed-length engines: pack windows of several requests into one input (opt-in)
 
 
 PARAKEET_BACKENDS = ("auto", "fast", "general")

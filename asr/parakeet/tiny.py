@@ -575,15 +575,48 @@ def _encoder_hidden(model: torch.nn.Module, clips: list[np.ndarray]) -> tuple[to
     return out.last_hidden_state.clone(), out.attention_mask.sum(-1).cpu()
 
 
+@torch.no_grad()
+def limit_band(model: torch.nn.Module, max_hz: float) -> int:
+    """Make the encoder deaf above ``max_hz`` (a telephone-band model): zero the subsampling's output
+    columns whose receptive field reaches a mel bin with any response above ``max_hz``.
+
+    Audio resampled up from 8 kHz carries nothing above 4 kHz but the resampler's stopband and
+    rounding noise, tens of dB down yet several units apart in log-mel from one resampler to the
+    next; a model that hears only the band below can judge such audio by its speech alone.
+    Returns the number of mel bins (from the lowest) the encoder still hears.
+    """
+    from asr.parakeet.features import FeatureConfig, slaney_mel_filterbank
+
+    enc = model.config.encoder_config
+    features = FeatureConfig(n_mels=enc.num_mel_bins)
+    filters = slaney_mel_filterbank(features)
+    hz = np.arange(filters.shape[1]) * features.sample_rate / features.n_fft
+    top = (hz[None, :] * (filters > 0)).max(axis=1)  # each bin's highest frequency (bins rise with it)
+    heard = int((top <= max_hz).sum())
+    layers = int(math.log2(enc.subsampling_factor))
+    stride = enc.subsampling_conv_stride
+    radius = (enc.subsampling_conv_kernel_size - 1) // 2 * (stride**layers - 1)  # mel bins each side
+    width = enc.num_mel_bins // stride**layers  # frequency positions after subsampling
+    keep = torch.tensor([f * stride**layers + radius < heard for f in range(width)], dtype=torch.float32)
+    if not keep.any():
+        raise ValueError(f"max_hz={max_hz}: no subsampled frequency position lies wholly below it")
+    linear = model.encoder.subsampling.linear  # input columns: channel-major, then frequency
+    linear.weight.view(linear.out_features, -1, width).mul_(keep.to(linear.weight))
+    return heard
+
+
 def build_reference_model(seed: int = 0, vocab_size: int = 256, layers: int = 2, hidden: int = 64,
-                          target_margin: float = 6.0) -> torch.nn.Module:
+                          target_margin: float = 6.0, band_hz: float | None = None) -> torch.nn.Module:
     """The tiny architecture (fp32, CPU) with :func:`sharpen_decisions` applied: the reference model
     for checking fast paths (bf16, compiled, graphed, fused) against the plain loop. No tokenizer
-    (token ids are what is compared), so it builds without sentencepiece, e.g. on a GPU image."""
+    (token ids are what is compared), so it builds without sentencepiece, e.g. on a GPU image.
+    ``band_hz``: hear only below it (:func:`limit_band`), for checks across sample rates."""
     from transformers import ParakeetForTDT
 
     torch.manual_seed(seed)
     model = ParakeetForTDT(tiny_config(vocab_size, layers, hidden, hidden)).eval().requires_grad_(False)
     _randomize(model, seed)
+    if band_hz is not None:
+        limit_band(model, band_hz)
     sharpen_decisions(model, seed=seed, target_margin=target_margin)
     return model

@@ -55,3 +55,25 @@ def test_a_cancelled_waiter_leaves_the_queue() -> None:
             assert budget.held == 5
 
     asyncio.run(asyncio.wait_for(run(), 5))
+
+
+def test_taking_at_once_keeps_the_order_of_waiters() -> None:
+    """``try_take`` (the engine process's fast path) never jumps a waiter, and giving back wakes it."""
+    async def run() -> None:
+        budget = AudioBudget(max_seconds=100)
+        assert budget.try_take(80) and budget.held == 80
+        reservation = budget.reserve(50)
+        waiter = asyncio.create_task(reservation.__aenter__())
+        await asyncio.sleep(0.01)
+        assert not waiter.done()
+        assert not budget.try_take(10)  # it would fit, but the waiter came first
+        budget.give_back(80)
+        await asyncio.wait_for(waiter, 1)
+        assert budget.held == 50
+        assert budget.try_take(50) and not budget.try_take(1) and budget.held == 100
+        budget.give_back(50)
+        assert budget.try_take(1000) is False and budget.held == 50  # too big beside what is held
+        await reservation.__aexit__(None, None, None)
+        assert budget.held == 0 and budget.try_take(1000)  # longer than the budget: alone
+
+    asyncio.run(asyncio.wait_for(run(), 5))

@@ -42,7 +42,7 @@ def test_deltas_rebuild_the_transcript_text_after_every_window() -> None:
 class FakeEngine:
     """Window ``k`` of a request says ``w<k>a w<k>b``; the window of ``fail_at`` raises."""
 
-    name, sample_rate, max_batch, fixed_window_s, languages = "fake", 16000, 1, None, None
+    name, sample_rate, max_batch, languages = "fake", 16000, 1, None
     plan = PlanOptions(max_window_s=10.0)
 
     def __init__(self, fail_at: int | None = None) -> None:

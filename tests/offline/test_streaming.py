@@ -87,10 +87,13 @@ def test_stream_errors_before_the_first_byte_stay_json(server_url: str, tmp_path
                                       response_format="srt")
 
 
-def test_a_client_leaving_mid_stream_withdraws_its_windows(long_speech: Path, prompt_files: list[tuple[Path, str]]) -> None:
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_client_leaving_mid_stream_withdraws_its_windows(long_speech: Path, prompt_files: list[tuple[Path, str]],
+                                                           workers: str) -> None:
     """Batches of two windows: after the first delta the second batch is running and the third queued;
-    leaving then means the third never runs, and the server serves the next request."""
-    args = ["transcribe-server", "--port", "0", "--log-level", "WARNING", "--max-batch", "2"]
+    leaving then means the third never runs, and the server serves the next request (in one process,
+    and through host workers, where the worker withdraws them from the engine process)."""
+    args = ["transcribe-server", "--port", "0", "--log-level", "WARNING", "--max-batch", "2", "--workers", workers]
     with cadence_process(args, r"transcription server ready: (http://\S+)/v1 ", timeout_s=120) as srv:
         url = srv["url"]
         stream = client(url).audio.transcriptions.create(model="whisper-1", file=long_speech, stream=True)

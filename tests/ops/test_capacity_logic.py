@@ -101,3 +101,11 @@ def test_curve_png_is_drawn(tmp_path) -> None:
     out = tmp_path / "curve.png"
     plot(out, 2, [lv(1, True), lv(2, True), lv(4, False)], 1.2)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+def test_curve_of_a_phone_level_with_no_data_is_still_drawn(tmp_path) -> None:
+    # a first level where no caller had a judged turn (every figure None) crashed the plot, and with
+    # it the whole capacity run, in a CPU dry run of bench/h200_cascade.sh
+    out = tmp_path / "empty.png"
+    plot(out, 0, [LevelResult(2, passed=False, reasons=["no judged turn"], transport="phone")], 1.2)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

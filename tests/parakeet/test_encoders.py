@@ -121,3 +121,13 @@ def test_profiles_from_a_length_distribution():
     assert select_profile(profiles, 3, 193) == ShapeProfile("q1", 8, 960)
     assert select_profile(profiles, 9, 10) is None
     assert parse_profiles("2x512,4x128") == [ShapeProfile("p1", 4, 128), ShapeProfile("p0", 2, 512)]
+
+
+def test_shape_options_of_another_backend_are_ignored_with_a_warning(model, caplog):
+    # examples/gpu.toml names profiles; the same config with encoder_backend = "eager" (a CPU dry run)
+    # must start, saying what it ignored, and still encode as the eager backend does.
+    with caplog.at_level("WARNING"):
+        enc = create_encoder("eager", model, profiles="4x128")
+    assert "takes no profiles: ignored" in caplog.text
+    feats, lengths = _features([40])
+    assert enc.encode(feats, lengths).lengths.tolist() == [_transformers(model, feats, lengths).lengths.item()]

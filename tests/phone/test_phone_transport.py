@@ -18,6 +18,7 @@ import pytest
 from agent.admission import AdmissionGate
 from agent.config import AdmissionConfig
 from testkit.phone_prompts import pcm8k, speech_onset_s, to_16k
+from tests.phone.pacing_watch import PacingWatch
 from tests.phone.parrot import parrot_server
 from transports.phone.loopback_caller import LoopbackCaller
 from transports.phone.options import PhoneOptions
@@ -41,7 +42,9 @@ async def settled(endpoint, admission: AdmissionGate | None = None, timeout_s: f
 
 
 async def test_reply_is_paced_in_real_time_with_marks():
-    async with parrot_server(to_16k(pcm8k(REPLY))) as (url, endpoint):
+    """A reply from a TTS faster than real time goes out in real time, with marks, and the caller's
+    playout never runs dry: no underrun, unless the event loop itself stalled while it was dry."""
+    async with PacingWatch() as watch, parrot_server(to_16k(pcm8k(REPLY))) as (url, endpoint):
         caller = await LoopbackCaller(url).connect()
         eos = (await caller.say(pcm8k("auth-thankyou"))).last
         reply = await caller.wait_reply(eos, timeout_s=10)
@@ -70,6 +73,8 @@ async def test_reply_is_paced_in_real_time_with_marks():
         stats = record.stats.as_dict()
         assert stats["chunks_out"] == len(media)
         assert stats["output_pacer_lateness_ms"]["p50"] < 5.0
+    assert stats["underruns"] == len(watch.underruns), watch.describe()  # this call's, counted as they happened
+    assert not watch.unexplained, f"the caller ran dry in steady playback: {watch.describe()}"
 
 
 def playout_gaps(arrivals: list[float], chunk_s: float = 0.02) -> list[tuple[int, float]]:
@@ -86,7 +91,7 @@ async def test_a_tts_stall_mid_reply_is_an_underrun_where_the_caller_hears_it_th
     """A behaviour, not a timing: the TTS stalls 300 ms once 0.2 s of the reply is out, so the far end
     must run dry early in the reply; the transport must count that underrun (the gap it reports is the
     one the caller's playout buffer had), send nothing twice or early, and go on in real time."""
-    async with parrot_server(to_16k(pcm8k(REPLY)), stall=(0.2, 0.3)) as (url, endpoint):
+    async with PacingWatch() as watch, parrot_server(to_16k(pcm8k(REPLY)), stall=(0.2, 0.3)) as (url, endpoint):
         caller = await LoopbackCaller(url).connect()
         eos = (await caller.say(pcm8k("auth-thankyou"))).last
         assert await caller.wait_reply(eos, timeout_s=10) is not None, "no reply"
@@ -105,6 +110,8 @@ async def test_a_tts_stall_mid_reply_is_an_underrun_where_the_caller_hears_it_th
     assert 0.05 <= gap <= 0.35, gap  # 0.3 s stall less the audio buffered ahead of it
     assert stats["underruns"] >= 1
     assert max(stats["output_underrun_gap_ms"]["max"], 0) / 1000.0 == pytest.approx(gap, abs=0.05)
+    assert stats["underruns"] == len(watch.underruns), watch.describe()
+    assert len(watch.unexplained) <= 1, f"underruns besides the TTS stall: {watch.describe()}"
     after = np.array(arrivals[index:]) - arrivals[index]
     duration = (len(arrivals) - index) * 0.02
     assert duration - LEAD_S - 0.05 <= after[-1] + 0.02 <= duration + 0.3  # real time again, not a burst
@@ -129,6 +136,8 @@ async def test_barge_in_clears_within_200_ms_and_the_caller_hears_no_more():
         latency = clears[0] - onset
         assert 0 < latency < 0.2, f"clear {latency * 1000:.0f} ms after the caller started speaking"
         assert not [at for at, _ in caller.inbound.media if clears[0] < at < sent_last], "old reply kept playing"
+        silent = caller.speech_heard_until(first, sent_last)  # the caller's playout model: clear drops the rest
+        assert silent is not None and 0 < silent - onset < 0.2, "the bot went on talking over the caller"
         await caller.hang_up()
         assert await settled(endpoint)
         record = endpoint.recent[-1]

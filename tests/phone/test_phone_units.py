@@ -78,6 +78,20 @@ def test_clock_keeps_the_lead_and_measures_lateness():
     assert not clock.playing(due + 0.2)
 
 
+def test_the_caller_hears_speech_until_its_playout_runs_out_or_a_clear_drops_it():
+    from transports.phone.loopback_caller import LoopbackCaller
+
+    loud = encode_ulaw((np.sin(np.arange(160) / 3.0) * 8000).astype("<i2").tobytes())
+    quiet = encode_ulaw(bytes(320))
+    caller = LoopbackCaller("ws://unused")
+    # five voiced chunks arrive in a 30 ms burst at t=10 (100 ms of audio), then silence at 10.2
+    caller.inbound.media += [(10.0 + 0.006 * i, loud) for i in range(5)] + [(10.2, quiet)]
+    assert caller.speech_heard_until(9.0, 11.0) == pytest.approx(10.1)  # played back to back from 10.0
+    assert caller.speech_heard_until(10.1, 11.0) is None  # nothing voiced arrived in that window
+    caller.inbound.clears.append(10.05)  # clear halfway: the rest was never played
+    assert caller.speech_heard_until(9.0, 11.0) == pytest.approx(10.05)
+
+
 def test_marks_tell_what_was_heard():
     ledger = MarkLedger(every_ms=100)
     names = [ledger.on_audio(20) for _ in range(10)]

@@ -215,6 +215,24 @@ class LoopbackCaller:
     def first_voiced_after(self, t: float) -> float | None:
         return next((at for at, p in self.inbound.media if at >= t and self.voiced(p)), None)
 
+    def speech_heard_until(self, start: float, stop: float) -> float | None:
+        """When the caller stopped hearing bot speech that arrived in ``[start, stop)``: the playout
+        buffer plays each chunk after the ones before it (from its arrival at the earliest), and a
+        ``clear`` drops whatever was still to play. None when no voiced chunk arrived then."""
+        events = sorted([(at, p) for at, p in self.inbound.media if start <= at < stop]
+                        + [(at, None) for at in self.inbound.clears if start <= at < stop], key=lambda e: e[0])
+        play_end, voiced_end = start, None
+        for at, payload in events:
+            if payload is None:  # clear: the rest of the buffer is never played
+                play_end = at
+                if voiced_end is not None:
+                    voiced_end = min(voiced_end, at)
+                continue
+            play_end = max(play_end, at) + len(payload) / 8000.0
+            if self.voiced(payload):
+                voiced_end = play_end
+        return voiced_end
+
     async def wait_reply(self, after: float, *, timeout_s: float = 20.0, settle_s: float = 1.0,
                          end_suffix: str = "-end") -> tuple[float, float] | None:
         """Wait for a whole bot reply that starts after ``after``: (first audio, end) arrival times.

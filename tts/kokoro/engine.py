@@ -136,18 +136,22 @@ class KokoroEngine:
     def utterance(self, ids: list[int], speed: float | None = None, seed: int | None = None) -> Utterance:
         return Utterance(ids, self.style_for(len(ids)), float(speed or self.options.speed), seed)
 
-    def utterances(self, text: str, speed: float | None = None) -> Iterator[Utterance]:
-        """The text's clauses as requests, phonemized lazily (one clause ahead of synthesis)."""
+    def utterances(self, text: str, speed: float | None = None, seed: int | None = None) -> Iterator[Utterance]:
+        """The text's clauses as requests, phonemized lazily (one clause ahead of synthesis).
+
+        ``seed`` fixes every clause's noise (reproducible audio, e.g. to compare engines); None: fresh noise.
+        """
         o = self.options
         for clause in clauses(text, o.first_clause_words, o.max_clause_words, o.first_clause_max_words):
             ids = self.phoneme_ids(clause)
             for piece in split_ids(ids, self.model.max_phonemes, self.model.vocab.get(" ", 16)) if ids else []:
-                yield self.utterance(piece, speed)
+                yield self.utterance(piece, speed, seed)
 
     # ------------------------------------------------------------------ synthesis
-    async def synthesize_stream(self, text: str, *, speed: float | None = None) -> AsyncIterator[bytes]:
+    async def synthesize_stream(self, text: str, *, speed: float | None = None,
+                                seed: int | None = None) -> AsyncIterator[bytes]:
         """16-bit mono PCM at :attr:`sample_rate`, one piece per clause, first clause first."""
-        units = self.utterances(text, speed)
+        units = self.utterances(text, speed, seed)
         first = next(units, None)
         if first is None:
             return

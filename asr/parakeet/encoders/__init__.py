@@ -12,6 +12,8 @@ Every backend maps ``(features [B, F, mels], lengths [B])`` to the joint-project
 from __future__ import annotations
 
 import importlib
+import inspect
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -63,4 +65,12 @@ def create_encoder(name: str, model: Any, device: Any = "cpu", dtype: Any = None
         _load_plugins()
     if name not in _REGISTRY:
         raise ValueError(f"unknown encoder backend {name!r} (known: {', '.join(sorted(_REGISTRY))})")
-    return _resolve(_REGISTRY[name])(model, device=device, dtype=dtype, **options)
+    factory = _resolve(_REGISTRY[name])
+    params = inspect.signature(factory).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        ignored = sorted(k for k in options if k not in params)
+        if ignored:  # e.g. asr.profiles with encoder_backend = "eager": shape options of another backend
+            logging.getLogger(__name__).warning(
+                f"encoder backend {name!r} takes no {', '.join(ignored)}: ignored")
+            options = {k: v for k, v in options.items() if k in params}
+    return factory(model, device=device, dtype=dtype, **options)

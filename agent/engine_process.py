@@ -1,0 +1,173 @@
+"""The engine process (``server.engine_process = true``): one process owns the GPU TTS for every session process.
+
+``cadence serve`` (the parent, before its workers when ``--workers N``) starts
+``python -m agent.engine_server`` on a Unix socket in a private temporary folder, waits for its ``hello``
+(sent only after the engine is loaded and warmed), and hands the socket to the session processes
+(``server.engine_socket``), whose TTS stage is then ``tts.remote.client.RemoteTTSEngine``. The child
+runs in its own process group and dies with its parent (``spawn_child``). ``supervise`` restarts it with
+backoff (0.5 s doubling to 30 s) when it dies; ``up`` is False meanwhile (``/ready`` answers 503, and
+the sessions' TTS streams fail at once with ``EngineUnavailable``, an ``ErrorFrame`` in the pipeline).
+``stop`` (SIGTERM, SIGKILL after the timeout) removes the folder and its socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from agent.config import Config
+from agent.llm_server import spawn_child, stop_child
+
+
+class EngineProcessError(RuntimeError):
+    """The engine process could not be started or did not become ready."""
+
+
+def engine_spec(config: Config) -> dict[str, Any]:
+    """What the engine process builds: the ``[tts]`` section (a Piper voice resolved here: the engine
+    process does not import ``agent``) and, with ``asr.engine = "parakeet"``, the ``[asr]`` section."""
+    tts = dataclasses.asdict(config.tts)
+    if tts["engine"] in ("auto", "piper") and not tts["voice"]:
+        from agent.models import piper_voice
+
+        try:
+            tts["voice"] = str(piper_voice())
+        except FileNotFoundError:
+            if tts["engine"] == "piper":
+                raise
+    spec: dict[str, Any] = {"tts": tts}
+    if config.asr.engine == "parakeet":
+        spec["asr"] = dataclasses.asdict(config.asr)
+    return spec
+
+
+@dataclass
+class ManagedEngineProcess:
+    """``python -m agent.engine_server`` on a private Unix socket, supervised (see the module docstring)."""
+
+    spec: dict[str, Any]
+    start_timeout_s: float = 600.0
+    log_path: Path | None = None
+    memory_fraction: float = 0.0  # the engine's torch allocator cap (its GPU share); 0: none
+    device: int = 0
+    switch_interval_ms: float = 0.0  # the engine's GIL switch interval; 0: Python's default
+    max_backoff_s: float = 30.0
+    env: dict[str, str] | None = None
+    process: subprocess.Popen | None = field(default=None, init=False)
+    info: dict[str, Any] = field(default_factory=dict, init=False)  # the last hello: name, rate, pid, memory
+    up: bool = field(default=False, init=False)
+    restarts: int = field(default=0, init=False)
+    _dir: str = field(default="", init=False)
+    _stopping: bool = field(default=False, init=False)
+
+    @classmethod
+    def for_config(cls, config: Config, memory_fraction: float = 0.0) -> ManagedEngineProcess:
+        from agent.runtime import switch_interval_ms
+
+        log = Path(config.server.engine_log) if config.server.engine_log else None
+        interval = switch_interval_ms(config.runtime.gil_switch_interval_ms, config.asr.engine, config.asr.device)
+        return cls(engine_spec(config), log_path=log, memory_fraction=memory_fraction, device=config.gpu.device,
+                   switch_interval_ms=interval or 0.0)
+
+    @property
+    def socket_path(self) -> str:
+        if not self._dir:
+            self._dir = tempfile.mkdtemp(prefix="cadence-engine-")  # mode 0700: this user only
+        return str(Path(self._dir) / "engine.sock")
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.alive else None
+
+    @property
+    def peaks(self) -> dict[str, int]:
+        """Per hosted stage (tts, asr): the engine's CUDA allocator peak over load + warm-up (empty off CUDA)."""
+        return {k: int(v) for k, v in (self.info.get("peaks") or {}).items()}
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "agent.engine_server", "--socket", self.socket_path,
+                "--spec", json.dumps(self.spec), "--memory-fraction", repr(self.memory_fraction),
+                "--device", str(self.device), "--switch-interval-ms", repr(self.switch_interval_ms)]
+
+    def _spawn(self) -> subprocess.Popen:
+        log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115  (None: our own stderr)
+        self.process = spawn_child(self.command(), stdout=log, stderr=subprocess.STDOUT if log else None,
+                                   env=self.env)
+        return self.process
+
+    def _wait_ready(self, proc: subprocess.Popen) -> None:
+        from tts.remote.client import EngineUnavailable, hello
+
+        t0 = time.monotonic()
+        while True:
+            if proc.poll() is not None:
+                raise EngineProcessError(f"the engine process exited with code {proc.returncode} while starting")
+            try:
+                self.info = hello(self.socket_path, 2.0)
+                break
+            except EngineUnavailable:
+                if time.monotonic() - t0 > self.start_timeout_s:
+                    raise EngineProcessError(f"the engine process not ready after {self.start_timeout_s:.0f} s") \
+                        from None
+                time.sleep(0.1)
+        self.up = True
+        logger.info(f"engine process ready: {self.info.get('name')} (pid {proc.pid}) on {self.socket_path} "
+                    f"in {time.monotonic() - t0:.1f} s")
+
+    async def astart(self) -> ManagedEngineProcess:
+        """Spawn on the calling (event-loop) thread (PDEATHSIG follows the forking thread), wait in a worker."""
+        self._stopping = False
+        proc = self._spawn()
+        try:
+            await asyncio.to_thread(self._wait_ready, proc)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def supervise(self, poll_s: float = 0.5) -> None:
+        """Restart the engine process whenever it dies (backoff 0.5 s doubling to ``max_backoff_s``)."""
+        backoff = 0.5
+        while not self._stopping:
+            await asyncio.sleep(poll_s)
+            if self._stopping or self.alive:
+                continue
+            self.up = False
+            code = None if self.process is None else self.process.returncode
+            logger.error(f"engine process died (exit code {code}); restarting in {backoff:g} s")
+            await asyncio.sleep(backoff)
+            if self._stopping:
+                return
+            try:
+                proc = self._spawn()
+                await asyncio.to_thread(self._wait_ready, proc)
+                self.restarts += 1
+                backoff = 0.5
+            except EngineProcessError as exc:
+                logger.error(f"engine process restart failed: {exc}")
+                stop_child(self.process)
+                backoff = min(self.max_backoff_s, backoff * 2)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stopping = True
+        self.up = False
+        proc, self.process = self.process, None
+        stop_child(proc, timeout_s)
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = ""

@@ -1,0 +1,285 @@
+"""The engine process: the GPU engines (Kokoro's batcher, Parakeet's StreamBatcher) serving every session
+process over one Unix socket.
+
+    python -m agent.engine_server --socket /tmp/cadence-engine.sock --spec '{"tts": {"engine": "kokoro"}}'
+
+``--spec`` names what to host: ``tts`` (``TTSConfig`` fields, ``kokoro`` the ``KokoroOptions``) and/or
+``asr`` (``ASRConfig`` fields of a Parakeet engine: ``asr.parakeet.remote.StreamHost`` serves its
+sessions).
+
+Each connection (one per session process) multiplexes many streams by request id. A ``synth`` runs
+the engine's ``synthesize_stream`` here, so phonemization and the batcher's thousands of kernel
+launches never share an interpreter with pipecat; each clause's PCM goes back as it is synthesized.
+A ``cancel`` (the caller barged in or hung up), or the connection closing, closes the stream, which
+withdraws its queued clause from the batcher. The socket is bound only after the engine is loaded
+and warmed, so a client's ``hello`` answering means ready. SIGTERM/SIGINT: stop serving, close the
+engine, remove the socket, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from transports.engine_link import WireError, encode, read_message
+from tts.engines import TTSEngine, create_engine
+from tts.options import TTSConfig
+
+log = logging.getLogger("cadence.engine")
+
+
+def build_engine(spec: dict[str, Any]) -> TTSEngine | None:
+    """The TTS ``spec`` names: ``{"tts": TTSConfig fields, "kokoro": KokoroOptions fields (optional)}``."""
+    if "tts" not in spec:
+        return None
+    tts = TTSConfig(**spec["tts"])
+    if spec.get("kokoro"):
+        from tts.kokoro.options import KokoroOptions
+
+        tts.kokoro = KokoroOptions(**spec["kokoro"])  # type: ignore[attr-defined]  # create_engine reads it
+    return create_engine(tts)
+
+
+def build_asr(spec: dict[str, Any]) -> Any:
+    """The process's Parakeet ``StreamBatcher`` (loaded and warmed) when ``spec`` has ``asr``; else None."""
+    if "asr" not in spec:
+        return None
+    from asr.options import ASRConfig
+    from asr.parakeet.shared_engine import shared_parakeet_batcher
+
+    config = ASRConfig(**spec["asr"])
+    if config.engine != "parakeet":
+        raise ValueError(f"the engine process hosts streaming Parakeet only, not asr.engine = {config.engine!r}")
+    return shared_parakeet_batcher(config)
+
+
+def engine_stats(engine: TTSEngine) -> dict[str, Any]:
+    """The batcher's counters (batch sizes included) where the engine has one."""
+    batcher = getattr(engine, "batcher", None)
+    if batcher is None:
+        return {}
+    stats = dataclasses.asdict(batcher.stats)
+    stats["batch_sizes"] = {str(k): v for k, v in sorted(batcher.stats.batch_sizes.items())}
+    return {**stats, "pending": batcher.pending, "in_flight": batcher.in_flight}
+
+
+async def _pieces(engine: TTSEngine, text: str, speed: float | None, seed: int | None) -> AsyncIterator[bytes]:
+    stream = getattr(engine, "synthesize_stream", None)
+    if stream is not None:
+        kwargs = {k: v for k, v in (("speed", speed), ("seed", seed)) if v is not None}
+        async with contextlib.aclosing(stream(text, **kwargs)) as pieces:
+            async for pcm in pieces:
+                yield pcm
+        return
+    iterator = iter(engine.synthesize(text))  # a blocking engine (Piper, flite): piece by piece in a thread
+    while (pcm := await asyncio.to_thread(next, iterator, None)) is not None:
+        yield pcm
+
+
+def measured_peak(fn: Any, device: int, peaks: dict[str, int], stage: str) -> Any:
+    """Run ``fn()``; on CUDA record in ``peaks[stage]`` how far torch's allocator peak rose above what was
+    held before (what ``agent.gpu_memory.StagePeaks`` measures in a session process)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return fn()
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    try:
+        return fn()
+    finally:
+        torch.cuda.synchronize(device)
+        peaks[stage] = max(0, int(torch.cuda.max_memory_allocated(device) - before))
+
+
+class EngineServer:
+    """Serves ``engine`` on the Unix socket ``path`` (see the module docstring)."""
+
+    def __init__(self, engine: TTSEngine | None, path: str | Path, asr: Any = None):
+        self.engine = engine
+        self.asr = asr
+        self.path = str(path)
+        self.streams_served = 0
+        self._server: asyncio.AbstractServer | None = None
+        self._holds = 0
+        self._hold_stack = contextlib.ExitStack()
+        self.peaks: dict[str, int] = {}  # per hosted stage: CUDA allocator peak over load + warm-up
+
+    async def start(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)  # a stale socket of a previous run
+        self._server = await asyncio.start_unix_server(self._connection, self.path)
+        os.chmod(self.path, 0o600)  # this user's session processes only
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+        self._hold_stack.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def hello(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"pid": os.getpid(), "peaks": self.peaks}
+        if self.engine is not None:
+            memory = getattr(self.engine, "memory", None)
+            info.update(name=self.engine.name, sample_rate=self.engine.sample_rate,
+                        memory=memory.as_dict() if memory is not None else None)
+        if self.asr is not None:
+            source = getattr(getattr(self.asr.engine, "checkpoint", None), "source", "") or ""
+            info["asr"] = {"sample_rate": self.asr.config.sample_rate, "model": Path(str(source)).name or "parakeet-tdt"}
+        return info
+
+    def _call(self, what: str) -> dict[str, Any]:
+        if what == "hello":
+            return self.hello()
+        if what == "stats":
+            asr = dataclasses.asdict(self.asr.stats) if self.asr is not None else None
+            return {"stats": engine_stats(self.engine), "streams": self.streams_served, "asr": asr}
+        batcher = getattr(self.engine, "batcher", None)
+        if what in ("hold", "release") and batcher is not None:  # tests and ordered warm-ups: queue, do not tick
+            if what == "hold":
+                self._hold_stack.enter_context(batcher.held())
+            else:
+                self._hold_stack.close()
+                self._hold_stack = contextlib.ExitStack()
+            return {}
+        raise ValueError(f"unknown call {what!r}")
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        streams: dict[int, asyncio.Task] = {}
+        host = None
+        try:
+            while True:
+                header, payload = await read_message(reader)
+                op, rid = header["op"], header.get("id")
+                if op.startswith("asr_"):
+                    if self.asr is None:
+                        writer.write(encode({"op": "error", "id": rid, "message": "this engine process has no ASR"}))
+                        continue
+                    if host is None:
+                        from asr.parakeet.remote import StreamHost
+
+                        host = StreamHost(self.asr, lambda h: writer.is_closing() or writer.write(encode(h)))
+                    host.handle(header, payload)
+                elif self.engine is None and op in ("synth", "cancel"):
+                    writer.write(encode({"op": "error", "id": rid, "message": "this engine process has no TTS"}))
+                elif op == "synth":
+                    task = asyncio.create_task(self._stream(writer, rid, header))
+                    streams[rid] = task
+                    task.add_done_callback(lambda _t, rid=rid: streams.pop(rid, None))
+                elif op == "cancel":
+                    if (task := streams.get(rid)) is not None:
+                        task.cancel()
+                elif op == "call":
+                    try:
+                        writer.write(encode({"op": "reply", "id": rid, **self._call(header.get("what", ""))}))
+                    except ValueError as exc:
+                        writer.write(encode({"op": "error", "id": rid, "message": str(exc)}))
+                else:
+                    raise WireError(f"unknown op {op!r}")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the session process closed the connection (or died)
+        except WireError as exc:
+            log.error("engine: dropping a connection: %s", exc)
+        except ValueError as exc:
+            log.error("engine: dropping a connection: %s", exc)
+        finally:
+            for task in list(streams.values()):
+                task.cancel()  # its callers are gone: withdraw their queued clauses
+            if host is not None:
+                host.close()
+            writer.close()
+
+    async def _stream(self, writer: asyncio.StreamWriter, rid: int, header: dict) -> None:
+        self.streams_served += 1
+        try:
+            async with contextlib.aclosing(_pieces(self.engine, str(header.get("text", "")), header.get("speed"),
+                                                   header.get("seed"))) as pieces:
+                async for pcm in pieces:
+                    if writer.is_closing():
+                        return
+                    writer.write(encode({"op": "audio", "id": rid}, pcm))
+                    await writer.drain()
+            writer.write(encode({"op": "end", "id": rid}))
+        except asyncio.CancelledError:
+            raise
+        except ConnectionError:
+            pass
+        except Exception as exc:  # this stream failed; the engine keeps serving the others
+            log.exception("engine: stream %s failed", rid)
+            if not writer.is_closing():
+                writer.write(encode({"op": "error", "id": rid, "message": f"{type(exc).__name__}: {exc}"}))
+
+
+async def serve(spec: dict[str, Any], path: str, memory_fraction: float = 0.0, device: int = 0,
+                switch_interval_ms: float = 0.0) -> None:
+    """Load and warm the engines, serve until SIGTERM/SIGINT, then clean up."""
+    if switch_interval_ms > 0:  # the batcher threads hand the GIL back sooner (agent.runtime's reasoning)
+        sys.setswitchinterval(switch_interval_ms / 1000.0)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if memory_fraction > 0:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.set_per_process_memory_fraction(memory_fraction, device)
+    t0 = time.monotonic()
+    peaks: dict[str, int] = {}
+    engine = await asyncio.to_thread(measured_peak, lambda: build_engine(spec), device, peaks, "tts")
+    try:
+        asr = await asyncio.to_thread(measured_peak, lambda: build_asr(spec), device, peaks, "asr")
+        if engine is not None:
+            async with contextlib.aclosing(_pieces(engine, "Hello there.", None, None)) as warm:
+                async for _ in warm:  # one stream end to end: phonemizer and batcher paths warm
+                    pass
+        server = EngineServer(engine, path, asr)
+        server.peaks = {k: v for k, v in peaks.items() if (k == "tts" and engine) or (k == "asr" and asr)}
+        await server.start()
+        hosted = [f"tts={engine.name}"] if engine is not None else []
+        hosted += ["asr=parakeet"] if asr is not None else []
+        log.info("engine ready: %s on %s in %.1f s (pid %d)", " ".join(hosted) or "nothing", path,
+                 time.monotonic() - t0, os.getpid())
+        try:
+            await stop.wait()
+        finally:
+            await server.close()
+    finally:
+        close = getattr(engine, "close", None) if engine is not None else None
+        if close is not None:
+            close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agent.engine_server", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
+    parser.add_argument("--spec", default="{}", help='JSON: {"tts": {...TTSConfig}, "kokoro": {...KokoroOptions}}')
+    parser.add_argument("--memory-fraction", type=float, default=0.0, help="cap torch's CUDA allocator (0: none)")
+    parser.add_argument("--device", type=int, default=0)
+    parser.add_argument("--switch-interval-ms", type=float, default=0.0, help="GIL switch interval (0: Python's)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s engine %(levelname)s %(message)s")
+    try:
+        spec = json.loads(args.spec)
+    except ValueError as exc:
+        parser.error(f"--spec is not JSON: {exc}")
+    asyncio.run(serve(spec, args.socket, args.memory_fraction, args.device, args.switch_interval_ms))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""Speculative LLM requests on the caller's partial transcript, before the turn ends.
+
+A stop strategy (``SpeculativeTurnAnalyzerStopStrategy`` for smart-turn, ``SpeculativeSpeechTimeoutStopStrategy``
+for plain silence) starts the reply as soon as the caller seems to have paused, on the best text so far:
+the turn's finals plus the newest partial. It uses pipecat's own speculation plumbing: the user aggregator
+runs the request against a provisional copy of the context, the LLM service's ``SpeculationGate`` holds
+every frame of the reply, and the turn end either confirms it (``confirms_speculation``: the held tokens
+are released, no second request, the context gets the final transcript) or withdraws it
+(``EagerEndOfTurnCancelFrame``: the LLM stage cancels the request, which closes its HTTP stream, and the
+turn's own request follows). Nothing speculative reaches the caller or the context before the final
+confirms it.
+
+Triggers (``llm.speculate``, comma-separated):
+
+- ``pause``: the VAD says the caller stopped; speculate on the newest partial.
+- ``stable``: a partial the STT marks stable (``ParakeetPartial.stable``: ``stable_partials`` in a row)
+  whose text has held for at least ``stable_ms`` of audio, while the caller may still be talking.
+- ``final``: a final transcript arrives while the caller is quiet and the turn is still open (the turn
+  detector undecided: smart-turn judged the sentence unfinished, or the silence timeout runs).
+
+Withdrawn when the caller goes on (a VAD start, or a newer partial or final whose text the speculation
+does not match) or when the turn's final text differs (normalized: case, punctuation, spacing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from loguru import logger
+from pipecat.frames.frames import (
+    Frame,
+    InterimTranscriptionFrame,
+    TranscriptionFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.turns.types import ProcessFrameResult, UserTurnSpeculation
+from pipecat.turns.user_stop import (
+    EagerMatchPolicy,
+    NormalizedMatch,
+    SpeechTimeoutUserTurnStopStrategy,
+    TurnAnalyzerUserTurnStopStrategy,
+)
+from pipecat.utils.string import TextPartForConcatenation, concatenate_aggregated_text
+
+TRIGGERS = ("pause", "stable", "final")
+
+
+def parse_triggers(text: str) -> frozenset[str]:
+    """``"pause,final"`` -> {"pause", "final"}; ``""`` or ``"off"`` -> none. Unknown names raise ValueError."""
+    names = {t.strip().lower() for t in text.split(",") if t.strip()} - {"off", "none"}
+    unknown = names - set(TRIGGERS)
+    if unknown:
+        raise ValueError(f"llm.speculate: unknown trigger(s) {sorted(unknown)} (known: {', '.join(TRIGGERS)}; "
+                         "empty or 'off' disables)")
+    return frozenset(names)
+
+
+@dataclass
+class SpeculationStats:
+    """Counters over every caller of a process (``Engines.speculation_stats``)."""
+
+    started: dict[str, int] = field(default_factory=dict)  # by trigger
+    confirmed: int = 0  # turn ended with the speculated text: its reply was used
+    # by reason: resumed (VAD start), newer_partial, final_differs, unresolved (turn ended otherwise)
+    withdrawn: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_started(self) -> int:
+        return sum(self.started.values())
+
+    @property
+    def wasted(self) -> int:
+        """Requests made and thrown away."""
+        return sum(self.withdrawn.values())
+
+    def snapshot(self) -> dict:
+        return {"started": dict(self.started), "confirmed": self.confirmed, "withdrawn": dict(self.withdrawn),
+                "wasted": self.wasted}
+
+
+@dataclass(frozen=True)
+class SpeculationPolicy:
+    triggers: frozenset[str]
+    stable_ms: float = 600.0
+    match: EagerMatchPolicy = field(default_factory=NormalizedMatch)
+
+
+class SpeculativeStopMixin:
+    """Adds speculation to a pipecat stop strategy; put it first in the bases."""
+
+    def __init__(self, *args, policy: SpeculationPolicy, stats: SpeculationStats | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._policy = policy
+        self.speculation_stats = stats if stats is not None else SpeculationStats()
+        self._finals: list[TextPartForConcatenation] = []
+        self._partial = ""
+        self._partial_since: float | None = None  # utterance audio seconds when this partial text first came
+        self._paused = False  # the VAD's last word was a stop
+        self._turn_open = False
+        self._speculation: UserTurnSpeculation | None = None
+
+    # ------------------------------------------------------------------ turn text
+    def _turn_text(self, partial: str = "") -> str:
+        """What the aggregator would write for the turn if it ended now with ``partial`` as a final."""
+        parts = [*self._finals, TextPartForConcatenation(partial, includes_inter_part_spaces=False)]
+        return concatenate_aggregated_text(parts).strip()
+
+    # ------------------------------------------------------------------ frames
+    async def process_frame(self, frame: Frame) -> ProcessFrameResult:
+        if isinstance(frame, VADUserStartedSpeakingFrame):
+            self._paused = False
+            self._partial, self._partial_since = "", None
+            await self._withdraw("resumed")
+        elif isinstance(frame, VADUserStoppedSpeakingFrame):
+            self._paused = True
+            if "pause" in self._policy.triggers and self._partial:
+                await self._speculate(self._turn_text(self._partial), "pause")
+        elif isinstance(frame, InterimTranscriptionFrame):
+            await self._on_interim(frame)
+        elif isinstance(frame, TranscriptionFrame) and frame.text.strip():
+            # Before the wrapped strategy sees it: it may end the turn on this very frame.
+            self._finals.append(TextPartForConcatenation(frame.text,
+                                                         includes_inter_part_spaces=frame.includes_inter_frame_spaces))
+            self._partial, self._partial_since = "", None
+        result = await super().process_frame(frame)
+        if isinstance(frame, TranscriptionFrame) and frame.text.strip() and self._turn_open:
+            text = self._turn_text()
+            if not self._matches(text):
+                await self._withdraw("final_differs")
+                # A final processed after the caller already went on (smart-turn's analysis of the VAD
+                # stop can hold it back) answers a turn that is not over: no speculation on it.
+                if "final" in self._policy.triggers and self._paused:
+                    await self._speculate(text, "final")
+        return result
+
+    async def _on_interim(self, frame: InterimTranscriptionFrame) -> None:
+        text = frame.text.strip()
+        if not text:
+            return
+        partial = frame.result  # ParakeetPartial from asr.parakeet.stt_service, or anything else
+        audio_s = getattr(getattr(partial, "result", None), "audio_s", None)
+        if text != self._partial:
+            self._partial, self._partial_since = text, audio_s
+        guess = self._turn_text(text)
+        if self._speculation is not None and not self._matches(guess):
+            await self._withdraw("newer_partial")  # the caller went on
+        if self._speculation is not None:
+            return
+        if self._paused and "pause" in self._policy.triggers:
+            await self._speculate(guess, "pause")
+        elif "stable" in self._policy.triggers and getattr(partial, "stable", False):
+            span = None if audio_s is None or self._partial_since is None else audio_s - self._partial_since
+            if span is not None and span * 1000.0 >= self._policy.stable_ms:
+                await self._speculate(guess, "stable")
+
+    def _matches(self, text: str) -> bool:
+        return self._speculation is not None and self._policy.match.matches(self._speculation.text, text)
+
+    # ------------------------------------------------------------------ speculation in and out
+    async def _speculate(self, text: str, trigger: str) -> None:
+        if not text or not self._turn_open:
+            return
+        if self._speculation is not None:
+            if self._matches(text):
+                return  # already answering this text
+            await self._withdraw("final_differs" if trigger == "final" else "newer_partial")
+        self._speculation = UserTurnSpeculation(text=text)
+        stats = self.speculation_stats
+        stats.started[trigger] = stats.started.get(trigger, 0) + 1
+        logger.debug(f"{self}: speculative LLM request ({trigger}) on [{text}]")
+        await self.trigger_user_turn_inference_triggered(speculation=self._speculation)
+
+    async def _withdraw(self, reason: str) -> None:
+        if self._speculation is None:
+            return
+        logger.debug(f"{self}: speculative request withdrawn ({reason}): [{self._speculation.text}]")
+        self._speculation = None
+        stats = self.speculation_stats
+        stats.withdrawn[reason] = stats.withdrawn.get(reason, 0) + 1
+        await self.trigger_user_turn_speculation_cancelled()
+
+    async def trigger_user_turn_stopped(self, *, enable_user_speaking_frames: bool | None = None):
+        """The wrapped strategy ends the turn: keep the speculative reply only if the final text matches."""
+        if self._speculation is not None and self._matches(self._turn_text()):
+            self._speculation = None
+            self.speculation_stats.confirmed += 1
+            logger.debug(f"{self}: speculative reply confirmed by the final transcript")
+            await self.trigger_user_turn_finalized(enable_user_speaking_frames=enable_user_speaking_frames,
+                                                   confirms_speculation=True)
+            return
+        await self._withdraw("final_differs")
+        await super().trigger_user_turn_stopped(enable_user_speaking_frames=enable_user_speaking_frames)
+
+    async def handle_user_turn_started(self):
+        self._finals, self._partial, self._partial_since = [], "", None
+        await self._withdraw("unresolved")
+        self._turn_open = True
+        await super().handle_user_turn_started()
+
+    async def handle_user_turn_stopped(self):
+        # A turn ended by something else (the stop watchdog): withdraw before its own request is queued.
+        await self._withdraw("unresolved")
+        self._turn_open = False
+        self._finals, self._partial, self._partial_since = [], "", None
+        await super().handle_user_turn_stopped()
+
+
+class SpeculativeTurnAnalyzerStopStrategy(SpeculativeStopMixin, TurnAnalyzerUserTurnStopStrategy):
+    """Smart-turn end of turn with speculative replies."""
+
+
+class SpeculativeSpeechTimeoutStopStrategy(SpeculativeStopMixin, SpeechTimeoutUserTurnStopStrategy):
+    """Silence end of turn with speculative replies."""

@@ -1,0 +1,86 @@
+"""One host worker of ``cadence transcribe-server --workers N``: HTTP, upload, decode, plan, stitch, format.
+
+Started by the engine process (``host_pool``) as ``python -m asr.offline.host_worker --ipc-fd A
+--inflight-fd B``: A is its end of a Unix socket pair to the engine process (the first message is
+its configuration: the engine's facts, the server's options, the address to listen on), B the
+shared ``max_inflight`` counter. It listens on the server's port with its own SO_REUSEPORT socket
+(the kernel spreads new connections over the workers). It
+serves the same ``TranscriptionServer`` as the one-process server, with the engine process's
+batcher and audio budget. It imports no engine (no torch): it starts in about a second.
+
+It stops on SIGTERM (the engine process sends it) or when the engine process's end of the socket
+closes; SIGINT is ignored (a terminal's Ctrl-C reaches the engine process, which stops it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+
+from aiohttp import web
+
+from asr.offline.host_pool import listening_socket
+from asr.offline.inflight import SharedInflight
+from asr.offline.ipc import receive
+from asr.offline.remote_engine import EngineLink, RemoteBatcher, RemoteBudget
+from asr.offline.server import TranscriptionServer
+from asr.offline.shm_audio import SegmentWriter
+from asr.offline.transcriber import OfflineTranscriber
+
+log = logging.getLogger("cadence.transcribe_server")
+
+SHUTDOWN_TIMEOUT_S = 5.0  # requests in progress at SIGTERM get this long
+
+
+async def serve(ipc_fd: int, inflight_fd: int) -> None:
+    reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=ipc_fd))
+    kind, config = await receive(reader)
+    if kind != "config":
+        raise RuntimeError(f"expected the worker's configuration first, got {kind!r}")
+    logging.basicConfig(level=config["log_level"], format=f"worker {config['index']}: %(levelname)s %(message)s")
+    stop = asyncio.Event()
+    link = EngineLink(reader, writer, on_lost=stop.set)
+    link.start()
+    transcriber = OfflineTranscriber(config["engine"], batcher=RemoteBatcher(link, SegmentWriter(config["segments"])))
+    server = TranscriptionServer(transcriber, config["options"], SharedInflight(inflight_fd, config["index"]),
+                                 RemoteBudget(link))
+    import soundfile  # noqa: F401  (decode's libraries, loaded now rather than by the first request)
+    import soxr  # noqa: F401
+
+    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    await runner.setup()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    try:
+        host, port = config["listen"]
+        site = web.SockSite(runner, listening_socket(host, port, config["backlog"]), backlog=config["backlog"])
+        await site.start()
+        link.send(("ready", config["index"]))
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await link.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ipc-fd", type=int, required=True)
+    ap.add_argument("--inflight-fd", type=int, required=True)
+    args = ap.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    main_coro = serve(args.ipc_fd, args.inflight_fd)
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main_coro)
+        return
+    with contextlib.suppress(KeyboardInterrupt):
+        uvloop.run(main_coro)
+
+
+if __name__ == "__main__":
+    main()

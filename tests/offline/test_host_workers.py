@@ -1,0 +1,196 @@
+"""``--workers N``: the same answers as the one-process server, limits that hold across workers.
+
+The engine process is this test process (``serve_workers`` in the test's loop); the host workers
+are real child processes. Each engine (the tiny random Parakeet, the embedded Whisper) serves the
+same files through both designs, and every body must be byte for byte the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from aiohttp import ClientSession, FormData
+
+from asr.offline.host_pool import serve_workers
+from asr.offline.server import ServerOptions, serve
+from asr.offline.shm_audio import SHM_DIR, segment_prefix
+from asr.offline.transcriber import OfflineTranscriber
+
+pytest.importorskip("torch")
+
+
+@asynccontextmanager
+async def running(start: Callable[..., Any], engine: Any, **kw: Any) -> AsyncIterator[str]:
+    """A server (``serve`` or ``serve_workers``) on its own transcriber, until the block ends."""
+    stop, ready = asyncio.Event(), asyncio.get_running_loop().create_future()
+    task = asyncio.ensure_future(start(OfflineTranscriber(engine), "127.0.0.1", 0, on_ready=ready.set_result,
+                                       stop=stop, **kw))
+    done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        task.result()  # raises what stopped it
+    try:
+        yield ready.result()
+    finally:
+        stop.set()
+        await task
+
+
+async def post(session: ClientSession, url: str, path: Path, **fields: str) -> tuple[int, str]:
+    form = FormData()
+    form.add_field("file", path.read_bytes(), filename=path.name)
+    for k, v in {"model": "whisper-1", **fields}.items():
+        form.add_field(k, v)
+    async with session.post(url + "/v1/audio/transcriptions", data=form) as r:
+        return r.status, await r.text()
+
+
+REQUESTS = [
+    {"response_format": "verbose_json", "timestamp_granularities[]": "word"},
+    {"response_format": "srt"},
+    {"response_format": "json", "stream": "true"},
+    {"response_format": "text"},
+]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    from testkit.offline_audio import prompt_clips, speech_track, write_audio
+
+    d = tmp_path_factory.mktemp("audio")
+    first, _ = speech_track(40, seed=3)  # longer than a 30 s window: cut with overlap
+    second, _ = speech_track(12, seed=4)
+    long = np.concatenate([first, np.zeros(10 * 16000, np.float32), second])
+    short = prompt_clips()[5][0]
+    return [write_audio(d / "long.flac", long, 16000), write_audio(d / "short.wav", short, 16000)]
+
+
+def same_answers(engine: Any, files: list[Path], workers: int) -> None:
+    async def run() -> None:
+        answers: dict[str, list[tuple[int, str]]] = {}
+        async with ClientSession() as session:
+            for name, start, kw in (("one", serve, {}), ("workers", serve_workers, {"workers": workers})):
+                async with running(start, engine, **kw) as url:
+                    answers[name] = [await post(session, url, f, **req) for f in files for req in REQUESTS]
+
+        assert all(status == 200 for status, _ in answers["one"]), answers["one"]
+        assert answers["workers"] == answers["one"]
+        assert '"words"' in answers["one"][0][1]
+        assert not list(SHM_DIR.glob(segment_prefix(os.getpid()) + "*"))  # every segment was taken and unlinked
+
+    asyncio.run(run())
+
+
+def test_tiny_parakeet_answers_the_same_through_workers(tmp_path: Path, files: list[Path]) -> None:
+    pytest.importorskip("transformers")
+    from asr.offline.engine_factory import make_engine
+    from asr.offline.window_engine import EngineSpec
+    from asr.parakeet.tiny import make_tiny_checkpoint
+
+    engine = make_engine(EngineSpec(engine="parakeet", model=str(make_tiny_checkpoint(tmp_path / "tiny")),
+                                    device="cpu", name="whisper-1"))
+    same_answers(engine, files, workers=2)
+
+
+def test_embedded_whisper_answers_the_same_through_workers(files: list[Path]) -> None:
+    from agent.models import resolve_engine_spec
+    from asr.offline.engine_factory import make_engine
+    from asr.offline.window_engine import EngineSpec
+
+    same_answers(make_engine(resolve_engine_spec(EngineSpec())), files[1:], workers=2)  # one window: seconds
+
+
+class SlowEngine:
+    """An engine that takes ``delay_s`` per call and says each window's length."""
+
+    name, sample_rate, max_batch, languages = "slow", 16000, 4, None
+
+    def __init__(self, delay_s: float) -> None:
+        from asr.offline.plan import PlanOptions
+
+        self.plan = PlanOptions()
+        self.delay_s = delay_s
+
+    def transcribe_windows(self, windows: list[np.ndarray], language: str | None) -> list[list[Any]]:
+        import time
+
+        from asr.offline.results import Word
+
+        time.sleep(self.delay_s)
+        return [[Word(0.0, 0.5, f" n{len(w)}")] for w in windows]
+
+
+def test_limits_and_auth_hold_across_workers(files: list[Path]) -> None:
+    """max_inflight=2 over three workers: of six requests at once, two are served and four get 429;
+    a wrong key is a 401 from every worker."""
+    options = ServerOptions(max_inflight=2, api_key="sesame")
+
+    async def run() -> None:
+        async with running(serve_workers, SlowEngine(1.0), workers=3, options=options) as url:
+            headers = {"Authorization": "Bearer sesame"}
+            async with ClientSession(headers=headers) as session:
+                results = await asyncio.gather(*(post(session, url, files[1]) for _ in range(6)))
+                async with session.get(url + "/health") as r:
+                    health = await r.json()
+            statuses = sorted(s for s, _ in results)
+            assert statuses == [200, 200, 429, 429, 429, 429], results
+            assert all('"code": "busy"' in body for s, body in results if s == 429)
+            assert health["inflight"] == 0 and health["windows"] == 2
+            async with ClientSession(headers={"Authorization": "Bearer wrong"}) as session:
+                for _ in range(6):  # enough connections to reach every worker
+                    status, body = await post(session, url, files[1])
+                    assert status == 401 and "invalid_api_key" in body
+
+    asyncio.run(run())
+
+
+def test_the_shared_counter_sums_every_workers_slot() -> None:
+    from asr.offline.inflight import SharedInflight, shared_inflight_fd
+
+    fd = shared_inflight_fd(2)
+    try:
+        a, b = SharedInflight(fd, 0), SharedInflight(fd, 1)
+        assert a.try_enter(2) and a.try_enter(2)
+        assert not b.try_enter(2) and b.total == 2 and b.count == 0
+        a.leave()
+        assert b.try_enter(2) and a.total == 2 and (a.count, b.count) == (1, 1)
+        assert SharedInflight(fd, 0).total == 1  # a restarted worker starts its own slot at zero
+    finally:
+        os.close(fd)
+
+
+def test_the_audio_budget_is_one_for_all_workers(files: list[Path]) -> None:
+    """Room for one short file at a time: three at once over three workers run one after another."""
+    import soundfile as sf
+
+    seconds = sf.info(str(files[1])).duration
+    options = ServerOptions(max_audio_held_s=1.5 * seconds)
+
+    async def run() -> None:
+        async with running(serve_workers, SlowEngine(0.3), workers=3, options=options) as url, ClientSession() as session:
+            results = await asyncio.gather(*(post(session, url, files[1]) for _ in range(3)))
+            async with session.get(url + "/health") as r:
+                health = await r.json()
+        assert [s for s, _ in results] == [200, 200, 200], results
+        assert health["windows"] == 3 and health["batches"] == 3, health  # never two files held at once
+
+    asyncio.run(run())
+
+
+def test_connections_spread_over_the_workers() -> None:
+    """Thirty fresh connections at once reach every one of three workers (SO_REUSEPORT), not the
+    first to wake (on one shared socket, one worker took a whole burst)."""
+    async def run() -> set[int]:
+        async with running(serve_workers, SlowEngine(0.0), workers=3) as url:
+            async def pid() -> int:
+                async with ClientSession() as session, session.get(url + "/health") as r:
+                    return (await r.json())["pid"]
+            return set(await asyncio.gather(*(pid() for _ in range(30))))
+
+    assert len(asyncio.run(run())) == 3  # each worker misses all 30 with probability (2/3)^30 < 1e-5
