@@ -2,8 +2,9 @@
 
 On the 2-core sandbox VM (Firecracker), a llama-cpp-python wheel built with ``GGML_NATIVE`` uses
 AMX tiles for SmolLM2's Q4_1 weights and dies with a general protection fault on the first
-completion, although the kernel grants AMX. ``bench/webrtc_latency.py`` starts its shared LLM server
-through this wrapper; the arguments are ``llama_cpp.server``'s own.
+completion, although the kernel grants AMX (``scripts/install.sh`` now builds a portable wheel).
+``bench/webrtc_latency.py --no-repack`` starts its shared LLM server through this wrapper, for such a
+build; the arguments are ``llama_cpp.server``'s own.
 """
 
 from __future__ import annotations
