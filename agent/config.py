@@ -51,6 +51,9 @@ class ServerConfig:
     # the parent serves the summed /metrics, /health and /ready on metrics_listen (default: the
     # main port + 1, on server.host).
     workers: int = 1
+    # Local addresses WebRTC offers as ICE host candidates, comma-separated (transports/ice.py).
+    # Empty: every interface but loopback (aiortc's default); "127.0.0.1": loopback only (tests, benchmarks).
+    webrtc_ice_hosts: str = ""
     # true: one engine process owns the TTS engine (Kokoro's batcher and phonemization) and, with
     # asr.engine = "parakeet", the streaming ASR batcher, for every session process (this one, or each of
     # the workers), over a Unix socket (agent.engine_process); its GPU share is gpu.tts_fraction (+
@@ -168,6 +171,9 @@ class SessionConfig:
     # without a cap of their own (WebRTC; the phone line uses phone.max_input_rt_ratio). 0 = no cap.
     max_input_rt_ratio: float = 1.5
     input_burst_s: float = 2.0
+    # WebRTC: the caller's audio is released after this many later 20 ms frames arrived (aiortc: 4, i.e.
+    # 80 ms on every turn's end; a packet arriving after its successors is dropped: transports/jitter.py).
+    webrtc_jitter_frames: int = 1
 
 
 @dataclass

@@ -29,6 +29,7 @@ from loguru import logger
 from agent.admission import AdmissionGate
 from agent.config import Config
 from agent.goodbye import say_goodbye
+from agent.live_feed import LiveFeed
 from agent.llm_server import ManagedLLMServer, embedded_llama_server
 from agent.pipeline import Engines
 from agent.runtime import freeze_gc_heap
@@ -215,7 +216,10 @@ class CadenceServer:
     async def run_caller(self, transport: Any, session_id: str, pre_stages: tuple = (),
                          observers: tuple = (), audio_out_sample_rate: int | None = None) -> None:
         assert self.engines is not None
-        turns = TurnObserver()
+        feed = self.live_feed(session_id)
+        turns = TurnObserver(on_turn=feed.on_turn if feed is not None else None)
+        if feed is not None:
+            observers = (*observers, feed)
         self.sessions[session_id] = turns
         while len(self.sessions) > self.max_session_records:
             oldest = next(iter(self.sessions))
@@ -236,6 +240,14 @@ class CadenceServer:
                               audio_out_sample_rate=audio_out_sample_rate, limits=limits, watch=watch)
         finally:
             self.live.pop(session_id, None)
+
+    def live_feed(self, session_id: str) -> LiveFeed | None:
+        """The page's view of a WebRTC call (its data channel); None for other transports."""
+        conn = self.signalling.connections.get(session_id) if self.signalling is not None else None
+        if conn is None:
+            return None
+        gate = self.gate
+        return LiveFeed(conn.send_app_message, (lambda: gate.ready()[1]) if gate is not None else None)
 
     async def say_goodbyes(self) -> None:
         """Shutdown: every live call hears ``server.goodbye``, all at once, within the shutdown budget
@@ -266,7 +278,8 @@ class CadenceServer:
         text = self.config.phone.expose_transcripts
         return web.json_response({"turns": [
             {**({"transcript": t.transcript_text, "reply": t.reply_text.strip()} if text else {}),
-             "interrupted": t.interrupted, "latency_ms": {k: round(v, 1) for k, v in t.stages_ms().items()}}
+             "interrupted": t.interrupted, "latency_ms": {k: round(v, 1) for k, v in t.stages_ms().items()},
+             "llm_requests": t.llm_requests, "at": t.event_times()}
             for t in turns.turns[-100:]
         ]})
 
@@ -277,14 +290,16 @@ class CadenceServer:
         app = web.Application(client_max_size=256 * 1024, middlewares=[
             middleware(cfg.server.api_key, cfg.server.allowed_origins, self.self_authenticated)])
         try:  # WebRTC needs aiortc and av; the phone line does not (GPU machines may carry only that)
+            from transports.ice import parse_ice_hosts, restrict_ice_hosts
             from transports.params import transport_params
             from transports.webrtc import WebRTCSignalling, add_routes
         except ImportError as exc:
             logger.warning(f"WebRTC is off ({exc}); install aiortc and av for the browser page")
         else:
+            restrict_ice_hosts(parse_ice_hosts(cfg.server.webrtc_ice_hosts))
             self.signalling = WebRTCSignalling(
                 self.run_caller, transport_params(cfg.audio.in_sample_rate, cfg.audio.out_sample_rate), self.gate,
-                connect_timeout_s=cfg.session.connect_timeout_s,
+                connect_timeout_s=cfg.session.connect_timeout_s, jitter_frames=cfg.session.webrtc_jitter_frames,
             )
             add_routes(app, self.signalling)
         app.router.add_get("/health", self.health)

@@ -41,6 +41,7 @@ class TurnTiming:
     transcript_text: str = ""
     late_transcripts: int = 0
     llm_start: float | None = None
+    llm_requests: int = 0  # LLM responses started in this turn (a turn answered twice has 2)
     llm_first_token: float | None = None
     reply_text: str = ""
     tts_start: float | None = None
@@ -82,6 +83,15 @@ class TurnTiming:
     @property
     def end_of_speech(self) -> float | None:
         return None if self.vad_stop is None else self.vad_stop - self.vad_stop_secs
+
+    def event_times(self) -> dict[str, float]:
+        """The turn's events in ``time.monotonic()`` seconds (comparable across processes on one host)."""
+        names = ("vad_stop", "turn_end", "transcript", "llm_start", "llm_first_token", "tts_first_audio",
+                 "first_audio_out")
+        out = {n: round(v, 4) for n in names if (v := getattr(self, n)) is not None}
+        if self.end_of_speech is not None:
+            out["end_of_speech"] = round(self.end_of_speech, 4)
+        return out
 
     def stages_ms(self, end_of_speech: float | None = None) -> dict[str, float]:
         """Latencies in ms; ``end_of_speech`` may be given exactly (file callers know it)."""
@@ -166,6 +176,7 @@ class TurnObserver(BaseObserver):
                 self._on_tts_chunk(now - self._last_tts_chunk)
             self._last_tts_chunk = now
         elif isinstance(frame, LLMFullResponseStartFrame):
+            turn.llm_requests += 1
             if turn.llm_start is None:
                 turn.llm_start = self._abs(data)
         elif isinstance(frame, LLMTextFrame):

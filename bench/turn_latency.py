@@ -13,6 +13,10 @@ prompt with words (no word-count filter), or ``--turns N`` of them spread evenly
 
     python bench/turn_latency.py                 # every prompt (long: ~10 s per prompt and system)
     python bench/turn_latency.py --turns 24
+
+This is the in-process figure (no network, no codec). What a caller hears over a real WebRTC
+client, both systems behind SmallWebRTC in one run, is ``bench/webrtc_latency.py``: the README's
+CPU figures come from that one.
 """
 
 from __future__ import annotations
@@ -40,27 +44,12 @@ from agent.pipeline import Engines, build_worker  # noqa: E402
 from agent.turn_observer import TurnObserver, TurnTiming  # noqa: E402
 from bench.stock_pipecat import stock_turn  # noqa: E402
 from testkit.corpus import prompts, wer  # noqa: E402
+from testkit.voiced import VOICED_DB, VOICED_FLOOR, last_voiced_s  # noqa: E402
 from transports.audio_io import load_audio  # noqa: E402
 from transports.file_transport import CallScript, FileTransport, run_until_script_done  # noqa: E402
 from transports.webrtc import transport_params  # noqa: E402
 
 RATE = 16000
-VOICED_DB = -35.0  # a 10 ms frame is voiced within 35 dB of the utterance's loudest frame
-VOICED_FLOOR = 3e-4  # ... and above this RMS (digital near-silence never counts)
-
-
-def last_voiced_s(audio: np.ndarray, rate: int = RATE) -> float:
-    """Seconds from the start to the end of the last voiced 10 ms frame (energy threshold)."""
-    hop = rate // 100
-    n = len(audio) // hop
-    if n == 0:
-        return 0.0
-    rms = np.sqrt(np.mean(audio[: n * hop].reshape(n, hop).astype(np.float64) ** 2, axis=1))
-    threshold = max(VOICED_FLOOR, float(rms.max()) * 10 ** (VOICED_DB / 20))
-    voiced = np.nonzero(rms > threshold)[0]
-    return float((voiced[-1] + 1) * hop / rate) if len(voiced) else 0.0
-
-
 def padded_s(audio: np.ndarray, rate: int = RATE) -> float:
     """The utterance's length as the file transport sends it (whole 20 ms frames)."""
     frame = rate // 50

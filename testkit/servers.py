@@ -20,7 +20,15 @@ def cadence_process(args: list[str], ready: str, timeout_s: float = 180.0,
                     log_path: Path | None = None) -> Iterator[dict]:
     """Run ``python -m agent.cli ARGS``; yield {'url', 'log', 'proc'} once ``ready`` (a regex
     whose group 1 is the URL) matches a line of its output; stop it afterwards."""
-    cmd = [sys.executable, "-m", "agent.cli", *args]
+    with ready_process([sys.executable, "-m", "agent.cli", *args], ready, timeout_s, log_path) as srv:
+        yield srv
+
+
+@contextmanager
+def ready_process(cmd: list[str], ready: str, timeout_s: float = 180.0,
+                  log_path: Path | None = None) -> Iterator[dict]:
+    """Run ``cmd`` from the repository root; yield {'url', 'log', 'proc'} once ``ready`` (a regex
+    whose group 1 is the URL) matches a line of its output; stop it afterwards."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
@@ -37,14 +45,15 @@ def cadence_process(args: list[str], ready: str, timeout_s: float = 180.0,
                 seen.set()
         seen.set()
 
+    name = " ".join(cmd[1:4])
     threading.Thread(target=pump, daemon=True).start()
     try:
         deadline = time.monotonic() + timeout_s
         while not seen.wait(0.2):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{args[0]} did not become ready:\n" + "".join(lines[-40:]))
+                raise TimeoutError(f"{name} did not become ready:\n" + "".join(lines[-40:]))
         if not url:
-            raise RuntimeError(f"{args[0]} exited:\n" + "".join(lines[-60:]))
+            raise RuntimeError(f"{name} exited:\n" + "".join(lines[-60:]))
         yield {"url": url[0], "log": lines, "proc": proc}
     finally:
         proc.terminate()

@@ -1,4 +1,5 @@
-"""A real aiortc peer talks to a real ``cadence serve`` (embedded models) over loopback WebRTC."""
+"""A real aiortc peer talks to a real ``cadence serve`` (embedded models) over loopback WebRTC
+(both ends offer only 127.0.0.1 as ICE host candidate: ``server.webrtc_ice_hosts``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ MEAN_WER_MAX = 0.20
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with cadence_serve(log_path=tmp_path_factory.mktemp("logs") / "serve.log") as srv:
+    with cadence_serve("server.webrtc_ice_hosts=127.0.0.1",
+                       log_path=tmp_path_factory.mktemp("logs") / "serve.log") as srv:
         yield srv
 
 
@@ -91,6 +93,35 @@ async def _wait_quiet(caller: WebRTCCaller, quiet_s: float, timeout_s: float) ->
         if recent and all(int(np.abs(p).max(initial=0)) < 300 for p in recent):
             return
         await asyncio.sleep(0.1)
+
+
+async def test_page_feed_brings_transcript_reply_and_stage_times(server):
+    """The data channel the page opens carries what the bot heard, its reply text and the turn's timings."""
+    prompt = pick(["conf-onlyperson"])[0]
+    caller = WebRTCCaller(server["url"], data_channel=True)
+    await caller.connect()
+    try:
+        await caller.wait_connected()
+        pairs = caller.ice_pairs()
+        assert pairs and all(pair == ("127.0.0.1", "127.0.0.1") for pair in pairs), pairs
+        caller.say(load_audio(prompt.path, 16000))
+        deadline = time.monotonic() + 40
+        kinds = lambda: {m["type"] for _, m in caller.messages}  # noqa: E731
+        while "turn" not in kinds() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        messages = [m for _, m in caller.messages]
+        heard = " ".join(m["text"] for m in messages if m["type"] == "heard")
+        assert wer(prompt.text, heard) <= TURN_WER_MAX, messages
+        turn = next((m for m in messages if m["type"] == "turn"), None)
+        assert turn is not None, f"no turn message in {messages}"
+        assert wer(prompt.text, turn["heard"]) <= TURN_WER_MAX
+        assert turn["stages_ms"]["eos_to_transcript"] >= 0
+        # the admission state: "1/4 sessions", or why new callers are refused on a loaded box
+        assert "sessions" in turn["server"] or turn["server"].startswith("overloaded:"), turn["server"]
+        said = "".join(m["text"] for m in messages if m["type"] == "bot-text").strip()
+        assert said == turn["said"]
+    finally:
+        await caller.close()
 
 
 @pytest.mark.parametrize(

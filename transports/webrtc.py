@@ -26,6 +26,7 @@ from pipecat.transports.base_transport import TransportParams
 from pipecat.transports.smallwebrtc.connection import SmallWebRTCConnection
 from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
 
+from transports.jitter import check_prefetch, set_audio_prefetch
 from transports.json_limits import loads_bounded
 from transports.params import transport_params  # noqa: F401  (re-exported)
 from transports.sdp_check import SDPError, check_offer_sdp
@@ -102,11 +103,12 @@ class WebRTCSignalling:
     """Holds live peer connections; one pipeline task per peer."""
 
     def __init__(self, session_factory: SessionFactory, params: TransportParams,
-                 gate: Gate | None = None, connect_timeout_s: float = 20.0):
+                 gate: Gate | None = None, connect_timeout_s: float = 20.0, jitter_frames: int = 1):
         self._factory = session_factory
         self._params = params
         self._gate = gate
         self.connect_timeout_s = connect_timeout_s
+        self.jitter_frames = check_prefetch(jitter_frames)  # transports/jitter.py (aiortc's default: 4)
         self.connections: dict[str, SmallWebRTCConnection] = {}
         self.tasks: set[asyncio.Task] = set()
 
@@ -131,6 +133,7 @@ class WebRTCSignalling:
         conn = SmallWebRTCConnection(connection_timeout_secs=max(1, int(self.connect_timeout_s)))
         try:
             await conn.initialize(sdp=sdp, type=kind)
+            set_audio_prefetch(conn.pc, self.jitter_frames)
             answer = conn.get_answer()
             if not answer:
                 raise OfferError("no SDP answer could be made for this offer")

@@ -1,15 +1,18 @@
 """A real aiortc caller: plays audio into a Cadence server over WebRTC and records the reply.
 
-Used by the WebRTC end-to-end tests; the capacity tool does not use it (its callers drive the
-pipeline in-process: ``agent.capacity.caller``). The microphone track is paced in real time
-(20 ms frames at 48 kHz); received audio frames are kept with their arrival times.
+Used by the WebRTC end-to-end tests and ``bench/webrtc_latency.py``; the capacity tool does not use
+it (its callers drive the pipeline in-process: ``agent.capacity.caller``). The microphone track is
+paced in real time (20 ms frames at 48 kHz); received audio frames are kept with their arrival
+times, data-channel messages with theirs. ICE host candidates are loopback only by default.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fractions
+import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -17,6 +20,8 @@ import numpy as np
 import soxr
 from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 from av import AudioFrame
+
+from transports.ice import LOOPBACK, restrict_ice_hosts
 
 RATE = 48000
 FRAME = 960  # 20 ms
@@ -36,13 +41,18 @@ class PacedAudioTrack(MediaStreamTrack):
         self._start: float | None = None
         self.speech_end_times: list[float] = []
         self.speech_onset_times: list[float] = []
+        # When the frame carrying each utterance's last voiced sample was sent (``say(voiced_end_s=)``).
+        self.voiced_end_times: list[float] = []
+        self._marks: list[int | None] = []
+        self._mark: int | None = None
         self._onset_pending = False
         self.idle = asyncio.Event()
         self.idle.set()
 
-    def say(self, audio_16k: np.ndarray) -> None:
-        """Queue an utterance (mono float32 at 16 kHz)."""
+    def say(self, audio_16k: np.ndarray, voiced_end_s: float | None = None) -> None:
+        """Queue an utterance (mono float32 at 16 kHz); ``voiced_end_s``: where its last voiced sample is."""
         self._queue.append(soxr.resample(audio_16k, 16000, RATE).astype(np.float32))
+        self._marks.append(None if voiced_end_s is None else max(0, int(voiced_end_s * RATE) - 1))
         self.idle.clear()
 
     async def recv(self) -> AudioFrame:
@@ -55,6 +65,7 @@ class PacedAudioTrack(MediaStreamTrack):
         out = np.zeros(FRAME, dtype=np.float32)
         if self._current is None and self._queue:
             self._current, self._pos = self._queue.pop(0), 0
+            self._mark = self._marks.pop(0)
             self._onset_pending = True
         if self._current is not None:
             piece = self._current[self._pos : self._pos + FRAME]
@@ -63,6 +74,8 @@ class PacedAudioTrack(MediaStreamTrack):
                 self._onset_pending = False
                 # The frame leaves when this call returns: its send time is now.
                 self.speech_onset_times.append(time.monotonic())
+            if self._mark is not None and self._pos <= self._mark < self._pos + FRAME:
+                self.voiced_end_times.append(time.monotonic())  # sent when this call returns
             self._pos += FRAME
             if self._pos >= len(self._current):
                 self._current = None
@@ -96,17 +109,32 @@ class ReceivedAudio:
 class WebRTCCaller:
     """One caller: connect, ``say`` utterances, read back what the bot said and when."""
 
-    def __init__(self, base_url: str, api_key: str = ""):
+    def __init__(self, base_url: str, api_key: str = "", ice_hosts: Sequence[str] = LOOPBACK,
+                 data_channel: bool = False):
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
+        restrict_ice_hosts(ice_hosts)  # process-wide: before the peer connection gathers
         self.pc = RTCPeerConnection()
         self.mic = PacedAudioTrack()
         self.received = ReceivedAudio()
+        self.messages: list[tuple[float, dict]] = []  # (arrival, JSON message) from the data channel
         self.pc_id: str | None = None
         self._reader: asyncio.Task | None = None
+        self._data_channel = data_channel
 
     async def connect(self, timeout_s: float = 20.0) -> None:
         self.pc.addTransceiver(self.mic, direction="sendrecv")
+        if self._data_channel:
+            channel = self.pc.createDataChannel("cadence")
+
+            @channel.on("message")
+            def on_message(message: str | bytes) -> None:
+                try:
+                    data = json.loads(message)
+                except ValueError:
+                    return
+                if isinstance(data, dict):
+                    self.messages.append((time.monotonic(), data))
 
         @self.pc.on("track")
         def on_track(track: MediaStreamTrack) -> None:
@@ -137,8 +165,24 @@ class WebRTCCaller:
             self.received.sample_rate = frame.sample_rate
             self.received.chunks.append((time.monotonic(), pcm.reshape(-1).astype(np.int16)))
 
-    def say(self, audio_16k: np.ndarray) -> None:
-        self.mic.say(audio_16k)
+    def say(self, audio_16k: np.ndarray, voiced_end_s: float | None = None) -> None:
+        self.mic.say(audio_16k, voiced_end_s)
+
+    async def wait_connected(self, timeout_s: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.pc.connectionState != "connected":
+            if self.pc.connectionState in ("failed", "closed") or time.monotonic() > deadline:
+                raise ConnectionError(f"WebRTC connection {self.pc.connectionState} after {timeout_s:g} s")
+            await asyncio.sleep(0.02)
+
+    def ice_pairs(self) -> list[tuple[str, str]]:
+        """(local, remote) host of each nominated ICE candidate pair (read from aiortc's internals)."""
+        pairs = []
+        for t in self.pc.getTransceivers():
+            ice = t.sender.transport.transport if t.sender and t.sender.transport else None
+            nominated = getattr(getattr(ice, "_connection", None), "_nominated", {}) or {}
+            pairs += [(p.local_candidate.host, p.remote_candidate.host) for p in nominated.values()]
+        return pairs
 
     async def close(self) -> None:
         if self._reader is not None:
