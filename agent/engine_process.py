@@ -12,7 +12,6 @@ the sessions' TTS streams fail at once with ``EngineUnavailable``, an ``ErrorFra
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import shutil
@@ -22,12 +21,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from loguru import logger
 
 from agent.config import Config
-from agent.llm_server import spawn_child, stop_child
+from agent.supervised_child import SupervisedChild, spawn_child, stop_child
 
 
 class EngineProcessError(RuntimeError):
@@ -53,8 +52,11 @@ def engine_spec(config: Config) -> dict[str, Any]:
 
 
 @dataclass
-class ManagedEngineProcess:
+class ManagedEngineProcess(SupervisedChild):
     """``python -m agent.engine_server`` on a private Unix socket, supervised (see the module docstring)."""
+
+    child_label: ClassVar[str] = "engine process"
+    restart_errors: ClassVar[tuple[type[BaseException], ...]] = (EngineProcessError,)
 
     spec: dict[str, Any]
     start_timeout_s: float = 600.0
@@ -85,14 +87,6 @@ class ManagedEngineProcess:
         if not self._dir:
             self._dir = tempfile.mkdtemp(prefix="cadence-engine-")  # mode 0700: this user only
         return str(Path(self._dir) / "engine.sock")
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.alive else None
 
     @property
     def peaks(self) -> dict[str, int]:
@@ -128,40 +122,6 @@ class ManagedEngineProcess:
         self.up = True
         logger.info(f"engine process ready: {self.info.get('name')} (pid {proc.pid}) on {self.socket_path} "
                     f"in {time.monotonic() - t0:.1f} s")
-
-    async def astart(self) -> ManagedEngineProcess:
-        """Spawn on the calling (event-loop) thread (PDEATHSIG follows the forking thread), wait in a worker."""
-        self._stopping = False
-        proc = self._spawn()
-        try:
-            await asyncio.to_thread(self._wait_ready, proc)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    async def supervise(self, poll_s: float = 0.5) -> None:
-        """Restart the engine process whenever it dies (backoff 0.5 s doubling to ``max_backoff_s``)."""
-        backoff = 0.5
-        while not self._stopping:
-            await asyncio.sleep(poll_s)
-            if self._stopping or self.alive:
-                continue
-            self.up = False
-            code = None if self.process is None else self.process.returncode
-            logger.error(f"engine process died (exit code {code}); restarting in {backoff:g} s")
-            await asyncio.sleep(backoff)
-            if self._stopping:
-                return
-            try:
-                proc = self._spawn()
-                await asyncio.to_thread(self._wait_ready, proc)
-                self.restarts += 1
-                backoff = 0.5
-            except EngineProcessError as exc:
-                logger.error(f"engine process restart failed: {exc}")
-                stop_child(self.process)
-                backoff = min(self.max_backoff_s, backoff * 2)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stopping = True

@@ -21,12 +21,8 @@ between (``/ready`` answers 503). With ``api_key`` set the server demands it (ll
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import ctypes
 import importlib.util
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -34,9 +30,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 from loguru import logger
+
+from agent.supervised_child import SupervisedChild, spawn_child, stop_child
 
 
 class LLMServerError(RuntimeError):
@@ -90,42 +89,6 @@ def llama_cpp_command(model: Path, port: int, threads: int, context_size: int, a
         "--model_alias", model.stem,
         *(["--api_key", api_key] if api_key else []),
     ]  # fmt: skip
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """``preexec_fn``: the kernel SIGKILLs this child when the thread that forked it exits (Linux)."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-def spawn_child(command: list[str], **kwargs) -> subprocess.Popen:
-    """A supervised child: its own process group, killed with its parent on Linux.
-
-    Call it from a thread that lives as long as the process (the main / event-loop thread):
-    PDEATHSIG fires when the forking *thread* exits.
-    """
-    return subprocess.Popen(command, start_new_session=True, preexec_fn=die_with_parent, **kwargs)  # noqa: PLW1509
-
-
-def stop_child(proc: subprocess.Popen | None, timeout_s: float = 5.0) -> None:
-    """SIGTERM the child's process group, SIGKILL it after ``timeout_s``; reap it."""
-    if proc is None or proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        proc.terminate()
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.kill()
-        proc.wait(timeout=timeout_s)
 
 
 def vllm_command(model: str, port: int, gpu_memory_utilization: float, extra: list[str] | None = None, *,
@@ -206,8 +169,11 @@ def wait_healthy(base_url: str, timeout_s: float, proc: subprocess.Popen | None 
 
 
 @dataclass
-class ManagedLLMServer:
+class ManagedLLMServer(SupervisedChild):
     """A server process Cadence owns: started on a free loopback port, supervised, stopped on close."""
+
+    child_label: ClassVar[str] = "LLM server"
+    restart_errors: ClassVar[tuple[type[BaseException], ...]] = (LLMServerError,)
 
     command: list[str]
     port: int
@@ -256,49 +222,6 @@ class ManagedLLMServer:
         self.up = False
         proc, self.process = self.process, None
         stop_child(proc)
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        """The running server's process id (NVML reads its GPU memory by it); None when stopped."""
-        return self.process.pid if self.alive else None
-
-    async def astart(self) -> ManagedLLMServer:
-        """``start`` with the fork on the calling (event-loop) thread, the health wait in a worker."""
-        self._stopping = False
-        proc = self._spawn()
-        try:
-            await asyncio.to_thread(self._wait_ready, proc)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    async def supervise(self, poll_s: float = 0.5) -> None:
-        """Restart the server whenever it dies (backoff 0.5 s doubling to ``max_backoff_s``); until cancelled."""
-        backoff = 0.5
-        while not self._stopping:
-            await asyncio.sleep(poll_s)
-            if self._stopping or self.alive:
-                continue
-            self.up = False
-            code = None if self.process is None else self.process.returncode
-            logger.error(f"LLM server died (exit code {code}); restarting in {backoff:g} s")
-            await asyncio.sleep(backoff)
-            if self._stopping:
-                return
-            try:
-                proc = self._spawn()
-                await asyncio.to_thread(self._wait_ready, proc)
-                self.restarts += 1
-                backoff = 0.5
-            except LLMServerError as exc:
-                logger.error(f"LLM server restart failed: {exc}")
-                stop_child(self.process)
-                backoff = min(self.max_backoff_s, backoff * 2)
 
     def __enter__(self) -> ManagedLLMServer:
         return self.start()

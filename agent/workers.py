@@ -42,8 +42,9 @@ from aiohttp import web
 from loguru import logger
 
 from agent.config import Config
-from agent.llm_server import free_port, spawn_child, stop_child
+from agent.llm_server import free_port
 from agent.serve import CadenceServer, install_stop_signals
+from agent.supervised_child import spawn_child, stop_child
 
 WORKER_ENV = "CADENCE_WORKER_SET"  # JSON list of "section.key=value" overrides, applied last
 
