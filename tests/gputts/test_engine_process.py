@@ -5,11 +5,9 @@ service end to end over the socket. Real processes, real tiny Kokoro on the CPU.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -20,6 +18,7 @@ from pipecat.frames.frames import ErrorFrame, TTSAudioRawFrame, TTSSpeakFrame
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.tests.utils import SleepFrame, run_test
 
+from testkit.engine_server import start_engine_server, stop_engine_server
 from tests.gputts.conftest import g2p_kind
 from tts.remote.client import EngineUnavailable, RemoteTTSEngine, hello
 from tts.service import CadenceTTSService
@@ -30,29 +29,10 @@ THREE_CLAUSES = "Sure, I can help. Your order ships today. It should arrive on F
 
 def start_engine_process(path: str) -> subprocess.Popen:
     """``python -m agent.engine_server`` with the tiny Kokoro; returns once its ``hello`` answers."""
-    spec = {"tts": {"engine": "kokoro"}, "kokoro": {**KOKORO, "g2p": g2p_kind()}}
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "agent.engine_server", "--socket", path, "--spec", json.dumps(spec)],
-                            start_new_session=True, env=env)
-    deadline = time.monotonic() + 120
-    while True:
-        assert proc.poll() is None, f"engine process exited with {proc.returncode}"
-        try:
-            hello(path, 1.0)
-            return proc
-        except EngineUnavailable:
-            assert time.monotonic() < deadline, "engine process not ready"
-            time.sleep(0.1)
+    return start_engine_server(path, {"tts": {"engine": "kokoro"}, "kokoro": {**KOKORO, "g2p": g2p_kind()}})
 
 
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+stop = stop_engine_server
 
 
 @pytest.fixture(scope="module")

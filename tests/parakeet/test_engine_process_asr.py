@@ -4,13 +4,10 @@ while speaking, the pipecat STT service unchanged on top, a clear error when the
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +27,8 @@ from asr.options import ASRConfig
 from asr.parakeet.remote import RemoteStreamBatcher
 from asr.parakeet.stt_service import ParakeetSTTService
 from asr.parakeet.tiny import synthetic_speech
-from transports.engine_link import EngineUnavailable, hello
+from testkit.engine_server import start_engine_server, stop_engine_server
+from transports.engine_link import EngineUnavailable
 
 
 def _asr(tiny_dir: Path) -> ASRConfig:
@@ -41,28 +39,10 @@ def _asr(tiny_dir: Path) -> ASRConfig:
 def _start(path: str, asr: ASRConfig) -> subprocess.Popen:
     from dataclasses import asdict
 
-    proc = subprocess.Popen([sys.executable, "-m", "agent.engine_server", "--socket", path,
-                             "--spec", json.dumps({"asr": asdict(asr)})],
-                            start_new_session=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    deadline = time.monotonic() + 120
-    while True:
-        assert proc.poll() is None, f"engine process exited with {proc.returncode}"
-        try:
-            hello(path, 1.0)
-            return proc
-        except EngineUnavailable:
-            assert time.monotonic() < deadline, "engine process not ready"
-            time.sleep(0.1)
+    return start_engine_server(path, {"asr": asdict(asr)})
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+_stop = stop_engine_server
 
 
 @pytest.fixture(scope="module")
