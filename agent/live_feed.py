@@ -9,6 +9,8 @@ Messages (JSON objects, ``type`` first):
   admission state (e.g. ``"1/4 sessions"`` or ``"overloaded: ..."``).
 
 A page that opened no data channel gets nothing (pipecat's connection drops what it cannot send).
+The session's ``TurnObserver`` feeds it (``on_text``, ``on_turn``): a second pipeline observer would cost
+every frame of the call another queue hop.
 """
 
 from __future__ import annotations
@@ -17,19 +19,16 @@ from collections.abc import Callable
 from typing import Any
 
 from loguru import logger
-from pipecat.frames.frames import LLMTextFrame, TranscriptionFrame
-from pipecat.observers.base_observer import BaseObserver, FramePushed
 
 from agent.turn_observer import TurnTiming
 
 Send = Callable[[dict[str, Any]], None]
 
 
-class LiveFeed(BaseObserver):
+class LiveFeed:
     """Sends transcripts and reply text as they come, and each turn's stage times when it ends."""
 
     def __init__(self, send: Send, server_state: Callable[[], str] | None = None) -> None:
-        super().__init__(observe_every_push=False)
         self._send = send
         self._server_state = server_state
 
@@ -39,12 +38,9 @@ class LiveFeed(BaseObserver):
         except Exception as exc:  # a closing connection: the page is gone, the call goes on
             logger.debug(f"live feed: {exc!r}")
 
-    async def on_push_frame(self, data: FramePushed) -> None:
-        frame = data.frame
-        if isinstance(frame, TranscriptionFrame) and frame.text.strip():
-            self._emit({"type": "heard", "text": frame.text.strip()})
-        elif isinstance(frame, LLMTextFrame) and frame.text:
-            self._emit({"type": "bot-text", "text": frame.text})
+    def on_text(self, kind: str, text: str) -> None:
+        """``TurnObserver``'s ``on_text``: ``heard`` (a caller transcript) or ``bot-text`` (a reply piece)."""
+        self._emit({"type": kind, "text": text})
 
     def on_turn(self, turn: TurnTiming) -> None:
         """``TurnObserver``'s ``on_turn``: the turn is over (answered or interrupted)."""

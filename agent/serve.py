@@ -217,9 +217,8 @@ class CadenceServer:
                          observers: tuple = (), audio_out_sample_rate: int | None = None) -> None:
         assert self.engines is not None
         feed = self.live_feed(session_id)
-        turns = TurnObserver(on_turn=feed.on_turn if feed is not None else None)
-        if feed is not None:
-            observers = (*observers, feed)
+        turns = TurnObserver(on_turn=feed.on_turn if feed is not None else None,
+                             on_text=feed.on_text if feed is not None else None)
         self.sessions[session_id] = turns
         while len(self.sessions) > self.max_session_records:
             oldest = next(iter(self.sessions))

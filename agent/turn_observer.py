@@ -114,11 +114,15 @@ class TurnObserver(BaseObserver):
     """Builds a ``TurnTiming`` per turn and hands finished ones to ``on_turn``."""
 
     def __init__(self, on_turn: Callable[[TurnTiming], None] | None = None,
-                 on_tts_chunk: Callable[[float], None] | None = None):
+                 on_tts_chunk: Callable[[float], None] | None = None,
+                 on_text: Callable[[str, str], None] | None = None):
+        """``on_text(kind, text)``: each caller transcript (``heard``) and reply piece (``bot-text``) as it is
+        pushed (the page's live feed), from this one observer of the call's frames."""
         super().__init__(observe_every_push=False)
         self.turns: list[TurnTiming] = []
         self._on_turn = on_turn
         self._on_tts_chunk = on_tts_chunk
+        self._on_text = on_text
         self._offset_ns: int | None = None
         self._current: TurnTiming | None = None
         self._last_tts_chunk: float | None = None
@@ -160,8 +164,13 @@ class TurnObserver(BaseObserver):
         elif isinstance(frame, TranscriptionFrame):
             if frame.text.strip():  # a segment with no words carries no transcript
                 self._turn().add_transcript(frame.text, self._abs(data))
-        elif self._current is not None:
-            self._bot_side(self._current, data)
+                if self._on_text is not None:
+                    self._on_text("heard", frame.text.strip())
+        else:
+            if self._on_text is not None and isinstance(frame, LLMTextFrame) and frame.text:
+                self._on_text("bot-text", frame.text)
+            if self._current is not None:
+                self._bot_side(self._current, data)
 
     def _bot_side(self, turn: TurnTiming, data: FramePushed) -> None:
         frame = data.frame
