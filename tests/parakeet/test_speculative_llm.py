@@ -308,6 +308,10 @@ async def test_a_stable_partial_the_caller_talks_past_is_withdrawn(server):
     run = await _run_text(server, frames, "stable")
     assert run.stats.started == {"stable": 1} and run.stats.withdrawn == {"newer_partial": 1}
     assert run.stats.confirmed == 0 and len(run.requests_sent) == 2
-    assert log.closed_by_client == 1  # 0.5 s in, the speculative stream was live: the server saw it closed
+    # What the server saw depends on where the withdrawal landed: a short speculative reply can be complete
+    # before the caller's newer partial (idle cores: 2 answered, 0 closed), or still streaming (a disconnect
+    # line). Either way it is at most one closed stream, and nothing of it went out (below); the
+    # resumed-caller test asserts the disconnect of a live stream.
+    assert log.closed_by_client <= 1 and log.requests - log.closed_by_client >= 1, (log.requests, log.closed_by_client)
     assert _turns(run.context)[0] == ("user", "What time is it?") and len(_turns(run.context)) == 2
     assert len(run.out.frames(LLMFullResponseStartFrame)) == 1
