@@ -61,6 +61,7 @@ class ServerConfig:
     engine_process: bool = False
     engine_socket: str = ""  # set by the parent: a session process connects here instead of loading the TTS
     engine_log: str = ""  # the engine process's output (empty: this process's stderr)
+    engine_report_s: float = 0.0  # the engine logs its CPU share, loop lag and batcher load this often (0: never)
 
 
 @dataclass

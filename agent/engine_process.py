@@ -64,6 +64,7 @@ class ManagedEngineProcess(SupervisedChild):
     memory_fraction: float = 0.0  # the engine's torch allocator cap (its GPU share); 0: none
     device: int = 0
     switch_interval_ms: float = 0.0  # the engine's GIL switch interval; 0: Python's default
+    report_s: float = 0.0  # the engine logs its load this often (0: never)
     max_backoff_s: float = 30.0
     env: dict[str, str] | None = None
     process: subprocess.Popen | None = field(default=None, init=False)
@@ -80,7 +81,7 @@ class ManagedEngineProcess(SupervisedChild):
         log = Path(config.server.engine_log) if config.server.engine_log else None
         interval = switch_interval_ms(config.runtime.gil_switch_interval_ms, config.asr.engine, config.asr.device)
         return cls(engine_spec(config), log_path=log, memory_fraction=memory_fraction, device=config.gpu.device,
-                   switch_interval_ms=interval or 0.0)
+                   switch_interval_ms=interval or 0.0, report_s=config.server.engine_report_s)
 
     @property
     def socket_path(self) -> str:
@@ -96,7 +97,8 @@ class ManagedEngineProcess(SupervisedChild):
     def command(self) -> list[str]:
         return [sys.executable, "-m", "agent.engine_server", "--socket", self.socket_path,
                 "--spec", json.dumps(self.spec), "--memory-fraction", repr(self.memory_fraction),
-                "--device", str(self.device), "--switch-interval-ms", repr(self.switch_interval_ms)]
+                "--device", str(self.device), "--switch-interval-ms", repr(self.switch_interval_ms),
+                "--report-s", repr(self.report_s)]
 
     def _spawn(self) -> subprocess.Popen:
         log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115  (None: our own stderr)

@@ -224,8 +224,46 @@ class EngineServer:
                 writer.write(encode({"op": "error", "id": rid, "message": f"{type(exc).__name__}: {exc}"}))
 
 
+async def report_load(server: EngineServer, every_s: float, tick_s: float = 0.05) -> None:
+    """Log, every ``every_s``: this process's CPU share, the event loop's lag (worst and p99 of ``tick_s``
+    sleeps), and what each hosted batcher did in the interval (ticks, mean batch, busy share, queue).
+    It tells a GIL-starved engine (CPU near 1.0, loop lag up) from a GPU-bound one (busy near 1.0)."""
+    loop = asyncio.get_running_loop()
+    cpu0, wall0 = time.process_time(), loop.time()
+    tts0 = dataclasses.asdict(server.engine.batcher.stats) if getattr(server.engine, "batcher", None) else None
+    asr0 = dataclasses.asdict(server.asr.stats) if server.asr is not None else None
+    lags: list[float] = []
+    while True:
+        before = loop.time()
+        await asyncio.sleep(tick_s)
+        lags.append(loop.time() - before - tick_s)
+        if loop.time() - wall0 < every_s:
+            continue
+        cpu, wall = time.process_time(), loop.time()
+        lags.sort()
+        parts = [f"cpu {(cpu - cpu0) / (wall - wall0):.2f}",
+                 f"loop lag p99 {lags[int(0.99 * (len(lags) - 1))] * 1e3:.0f} max {lags[-1] * 1e3:.0f} ms",
+                 f"streams {server.streams_served}"]
+        if tts0 is not None:
+            batcher = server.engine.batcher  # type: ignore[union-attr]
+            now = dataclasses.asdict(batcher.stats)
+            ticks, utts = now["ticks"] - tts0["ticks"], now["utterances"] - tts0["utterances"]
+            parts.append(f"tts ticks {ticks} mean batch {utts / ticks if ticks else 0:.1f} busy "
+                         f"{(now['busy_s'] - tts0['busy_s']) / (wall - wall0):.2f} audio "
+                         f"{now['audio_s'] - tts0['audio_s']:.0f} s pending {batcher.pending}")
+            tts0 = now
+        if asr0 is not None:
+            now = dataclasses.asdict(server.asr.stats)
+            ticks = now["ticks"] - asr0["ticks"]
+            parts.append(f"asr ticks {ticks} windows/tick {(now['windows'] - asr0['windows']) / ticks if ticks else 0:.1f}"
+                         f" busy {(now['busy_s'] - asr0['busy_s']) / (wall - wall0):.2f}")
+            asr0 = now
+        log.info("engine load: %s", "; ".join(parts))
+        cpu0, wall0, lags = cpu, wall, []
+
+
 async def serve(spec: dict[str, Any], path: str, memory_fraction: float = 0.0, device: int = 0,
-                switch_interval_ms: float = 0.0) -> None:
+                switch_interval_ms: float = 0.0, report_s: float = 0.0) -> None:
     """Load and warm the engines, serve until SIGTERM/SIGINT, then clean up."""
     if switch_interval_ms > 0:  # the batcher threads hand the GIL back sooner (agent.runtime's reasoning)
         sys.setswitchinterval(switch_interval_ms / 1000.0)
@@ -254,9 +292,12 @@ async def serve(spec: dict[str, Any], path: str, memory_fraction: float = 0.0, d
         hosted += ["asr=parakeet"] if asr is not None else []
         log.info("engine ready: %s on %s in %.1f s (pid %d)", " ".join(hosted) or "nothing", path,
                  time.monotonic() - t0, os.getpid())
+        reporter = asyncio.create_task(report_load(server, report_s)) if report_s > 0 else None
         try:
             await stop.wait()
         finally:
+            if reporter is not None:
+                reporter.cancel()
             await server.close()
     finally:
         close = getattr(engine, "close", None) if engine is not None else None
@@ -271,13 +312,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-fraction", type=float, default=0.0, help="cap torch's CUDA allocator (0: none)")
     parser.add_argument("--device", type=int, default=0)
     parser.add_argument("--switch-interval-ms", type=float, default=0.0, help="GIL switch interval (0: Python's)")
+    parser.add_argument("--report-s", type=float, default=0.0,
+                        help="log CPU share, loop lag and batcher activity every this many seconds (0: never)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s engine %(levelname)s %(message)s")
     try:
         spec = json.loads(args.spec)
     except ValueError as exc:
         parser.error(f"--spec is not JSON: {exc}")
-    asyncio.run(serve(spec, args.socket, args.memory_fraction, args.device, args.switch_interval_ms))
+    asyncio.run(serve(spec, args.socket, args.memory_fraction, args.device, args.switch_interval_ms, args.report_s))
     return 0
 
 

@@ -19,7 +19,11 @@
 # $OUT gets at most 7 files: capacity.json, capacity.png, cadence-capacity.toml, llm_alone.json,
 # summary.txt, logs.tar.gz (every log), and nvidia-smi.csv.
 # Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS
-# ENGINE_PROCESS.
+# ENGINE_PROCESS KOKORO_COMPILE KOKORO_DTYPE.
+# KOKORO_COMPILE=1 sets tts.kokoro_compile = true (the decoder's fused AdaIN/Snake steps through torch.compile);
+# KOKORO_DTYPE sets tts.kokoro_dtype (gpu.toml: bfloat16).
+# Every 5 s top's busiest processes go to top.log (which process is CPU-bound: a session worker, the engine,
+# the LLM server); with ENGINE_PROCESS=1 the engine logs its CPU share, loop lag and batchers' load (engine.log).
 # ENGINE_PROCESS=1 sets server.engine_process = true: one engine process (started by the parent, before any
 # worker) owns Kokoro and streaming Parakeet (and their batchers) for every session process; its log is
 # engine.log in logs.tar.gz. With WORKERS > 1 the shares are then one Kokoro's and one Parakeet's
@@ -74,6 +78,7 @@ finish() {
     for c in $children; do kill -TERM -- "-$c" 2>/dev/null; kill -TERM "$c" 2>/dev/null; done
   fi
   [ -n "$SMI_PID" ] && kill "$SMI_PID" 2>/dev/null
+  [ -n "${TOP_PID:-}" ] && pkill -P "$TOP_PID" 2>/dev/null
   [ -f "$LOGS/nvidia-smi.csv" ] && cp "$LOGS/nvidia-smi.csv" "$OUT/"
   tar -czf "$OUT/logs.tar.gz" -C /tmp cascade-logs 2>/dev/null
   say "done; files: $(ls "$OUT" | tr '\n' ' ')"
@@ -103,6 +108,8 @@ P
 nvidia-smi --query-gpu=timestamp,memory.used,memory.total,utilization.gpu --format=csv -l 5 \
   > "$LOGS/nvidia-smi.csv" 2>/dev/null &
 SMI_PID=$!
+(top -b -c -d 5 -w 220 2>/dev/null | grep --line-buffered -E "^top -|python|transformers|cadence" > "$LOGS/top.log") &
+TOP_PID=$!
 
 # 2. random-weight models (and, alongside, Parakeet's pipecat STT service on CUDA as gpu.toml builds it) --
 if [ "${STT_TEST:-1}" = 1 ]; then  # STT_TEST=0 skips it (run 20 ran it at the same code)
@@ -132,13 +139,15 @@ SETS=(--set "admission.max_sessions=$MAX_LEVEL" --set admission.queue_size=0 --s
       --set llm.temperature=1.0 --set "llm.max_tokens=$REPLY_TOKENS" --set "llm.server_log=$LOGS/llm-server.log"
       --set budgets.window_s=900 --set gpu.check_measured=false "${DRY[@]}")
 [ -n "${TTS_ENGINE:-}" ] && SETS+=(--set "tts.engine=$TTS_ENGINE")
+[ "${KOKORO_COMPILE:-0}" = 1 ] && SETS+=(--set tts.kokoro_compile=true)
+[ -n "${KOKORO_DTYPE:-}" ] && SETS+=(--set "tts.kokoro_dtype=$KOKORO_DTYPE")
 if [ "$WORKERS" -gt 1 ]; then
   SETS+=(--set "server.workers=$WORKERS" --set "server.metrics_listen=127.0.0.1:$MPORT"
          --set "admission.max_sessions=$((2 * MAX_LEVEL))")
   [ "${DRY_RUN:-0}" = 1 ] || SETS+=(--set gpu.asr_fraction=0.22 --set gpu.tts_fraction=0.36 --set gpu.llm_fraction=0.30)
 fi
 if [ "${ENGINE_PROCESS:-0}" = 1 ]; then
-  SETS+=(--set server.engine_process=true --set "server.engine_log=$LOGS/engine.log")
+  SETS+=(--set server.engine_process=true --set "server.engine_log=$LOGS/engine.log" --set server.engine_report_s=5)
   [ "$WORKERS" -gt 1 ] && [ "${DRY_RUN:-0}" != 1 ] && SETS+=(--set gpu.tts_fraction=0.15 --set gpu.asr_fraction=0.15)
 fi
 "$PY" -m agent.cli serve --config examples/gpu.toml --port $PORT "${SETS[@]}" > "$LOGS/serve.log" 2>&1 &

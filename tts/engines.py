@@ -87,7 +87,9 @@ def create_engine(config: TTSConfig, default_voice: Callable[[], Path] | None = 
     if config.engine == "kokoro":  # the batched GPU engine; options from ``config.kokoro`` when present
         from tts.kokoro.options import KokoroOptions
 
-        options = getattr(config, "kokoro", None) or KokoroOptions(voice=config.voice, speed=config.speed)
+        options = getattr(config, "kokoro", None) or KokoroOptions(
+            voice=config.voice, speed=config.speed, dtype=config.kokoro_dtype, compile=config.kokoro_compile,
+            max_batch=config.kokoro_max_batch)
         try:
             from tts.kokoro.engine import KokoroEngine
         except ImportError as exc:
