@@ -21,10 +21,12 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 export TORCHINDUCTOR_CACHE_DIR=/tmp/cadence-inductor
 say "commit $(head -1 .cascade/COMMIT 2>/dev/null); $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader)"
+# can processes share the GPU without time-slicing (CUDA MPS)? The cascade runs three CUDA processes.
+say "MPS: $(command -v nvidia-cuda-mps-control || echo 'nvidia-cuda-mps-control absent'); compute mode $(nvidia-smi --query-gpu=compute_mode --format=csv,noheader)"
 
 if [[ " $STEPS " == *" tts "* ]]; then
   timeout 250 python3 bench/tts_gpu.py --compile --skip single --batch-sizes 1,32,128 --profile-batch 0 \
-    --levels "${TTS_LEVELS:-128,192,256,320}" --level-s 15 --stop-after-fails 1 \
+    --levels "${TTS_LEVELS:-128,256}" --level-s 15 --stop-after-fails 1 \
     --out "$OUT/tts_gpu_compiled.json" > "$OUT/tts.log" 2>&1
   say "tts rc=$?"
   grep -E "engine on|batch |streams:|max streams" "$OUT/tts.log" | tee -a "$OUT/summary.txt"
