@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Two stages alone on one H200, in one device call (<= 9 minutes): Kokoro compiled, and the transcription
-# server at its defaults (issue 19).
+# Two stages alone on one H200, in one device call (<= 9 minutes): Kokoro with its decoder replayed from CUDA
+# graphs, and the transcription server at its defaults (issue 19).
 #
-#  1. bench/tts_gpu.py with the decoder's fused AdaIN/Snake steps compiled (KokoroOptions.compile): the batch
-#     table (eager fp32 / bf16 and compiled bf16 side by side) and the streaming ramp compiled, to set beside
-#     run 17's eager ramp (128 streams >= 1.2x, 256 FAIL) -> tts_gpu_compiled.json, tts.log;
+#  0. tests/gpu/test_kokoro_cuda.py: graphs == eager per item (fp32, bf16, bf16 compiled), the engine with
+#     graphs streams -> pytest_kokoro.log;
+#  1. bench/tts_gpu.py --cuda-graphs (bf16, eager kernels): the batch table (eager fp32 / bf16 and bf16 replayed
+#     from the graphs side by side) and the streaming ramp, to set beside run 17's eager ramp (128 streams
+#     >= 1.2x, 256 FAIL) -> tts_gpu_graphs.json, tts.log; TTS_COMPILE=1 adds the compiled rows and compiles;
 #  2. bench/transcribe_server.py --device cuda: `cadence transcribe-server`'s defaults (host worker processes
 #     feeding one engine), plan 10:1,256; mix:256; 3600:4, next to the engine's own RTFx in the same run
 #     -> transcribe_server_parakeet_cuda.json, server.log.
@@ -14,7 +16,7 @@ set -u -o pipefail
 START=$(date +%s)
 OUT=${OUT:-/tmp/stages-out}
 mkdir -p "$OUT"
-STEPS=${STEPS:-tts server}
+STEPS=${STEPS:-pytest tts server}
 say() { echo "[$(($(date +%s) - START)) s] $*" | tee -a "$OUT/summary.txt"; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   .whl/*.whl > "$OUT/pip.log" 2>&1 || { say "pip install failed"; tail -20 "$OUT/pip.log"; exit 1; }
@@ -24,15 +26,22 @@ say "commit $(head -1 .cascade/COMMIT 2>/dev/null); $(nvidia-smi --query-gpu=nam
 # can processes share the GPU without time-slicing (CUDA MPS)? The cascade runs three CUDA processes.
 say "MPS: $(command -v nvidia-cuda-mps-control || echo 'nvidia-cuda-mps-control absent'); compute mode $(nvidia-smi --query-gpu=compute_mode --format=csv,noheader)"
 
+if [[ " $STEPS " == *" pytest "* ]]; then
+  timeout 150 python3 -m pytest -q -s -rs -p no:cacheprovider tests/gpu/test_kokoro_cuda.py > "$OUT/pytest_kokoro.log" 2>&1
+  say "pytest rc=$?: $(tail -1 "$OUT/pytest_kokoro.log")"
+  grep -E "graphs vs eager|kokoro graphs|FAILED|Error" "$OUT/pytest_kokoro.log" | cut -c1-400 | tee -a "$OUT/summary.txt"
+fi
 if [[ " $STEPS " == *" tts "* ]]; then
-  timeout 250 python3 bench/tts_gpu.py --compile --skip single --batch-sizes 1,32,128 --profile-batch 0 \
-    --levels "${TTS_LEVELS:-128,256}" --level-s 15 --stop-after-fails 1 \
-    --out "$OUT/tts_gpu_compiled.json" > "$OUT/tts.log" 2>&1
+  COMPILE=(--no-compile --batch-compiled-dtypes "")
+  [ "${TTS_COMPILE:-0}" = 1 ] && COMPILE=(--compile --batch-compiled-dtypes bfloat16)
+  timeout 200 python3 bench/tts_gpu.py --cuda-graphs "${COMPILE[@]}" --skip single --batch-sizes 1,8,32,64 \
+    --profile-batch 0 --levels "${TTS_LEVELS:-128,256,384}" --level-s 15 --stop-after-fails 1 \
+    --out "$OUT/tts_gpu_graphs.json" > "$OUT/tts.log" 2>&1
   say "tts rc=$?"
-  grep -E "engine on|batch |streams:|max streams" "$OUT/tts.log" | tee -a "$OUT/summary.txt"
+  grep -E "engine on|CUDA graphs|batch |streams:|max streams|Error" "$OUT/tts.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
 fi
 if [[ " $STEPS " == *" server "* ]]; then
-  timeout 300 python3 bench/transcribe_server.py --device cuda ${SERVER_PLAN:+--plan "$SERVER_PLAN"} \
+  timeout 230 python3 bench/transcribe_server.py --device cuda ${SERVER_PLAN:+--plan "$SERVER_PLAN"} \
     --out "$OUT" > "$OUT/server.log" 2>&1
   say "server rc=$?"
   tail -25 "$OUT/server.log" | tee -a "$OUT/summary.txt"

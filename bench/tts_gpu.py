@@ -114,6 +114,14 @@ def environment() -> dict[str, Any]:
     return env
 
 
+def decoder_graphs(engine: KokoroEngine) -> dict[str, Any] | None:
+    """The decoder's CUDA graphs: buckets captured, capture time, replays and eager fallbacks so far."""
+    g = engine.model.graphs
+    if g is None:
+        return None
+    return {"buckets": g.captured, "capture_s": round(g.capture_s, 1), "replays": g.replays, "fallbacks": g.fallbacks}
+
+
 def compiled_graphs() -> int:
     """Graphs torch.compile has built in this process (a rise during the ramp = a recompile while serving)."""
     try:
@@ -153,10 +161,16 @@ def batch_sweep(engine: KokoroEngine, sizes: list[int], modes: list[tuple[str, b
     ids = engine.phoneme_ids("Sure, I can help with that, your order shipped this morning.")
     rows = []
     original = model.decoder_dtype, model.compiled
-    for dtype, compiled in modes:
+    graphs, model.graphs = model.graphs, None  # the eager/compiled rows run without the captured graphs
+    if graphs is not None:  # last: the engine's own mode, replayed from its decoder graphs
+        modes = [*modes, (str(original[0]).removeprefix("torch."), original[1], True)]  # type: ignore[list-item]
+    for mode in modes:
+        dtype, compiled = mode[0], mode[1]
+        replay = len(mode) > 2
         model.set_decoder_dtype(getattr(torch, dtype))
         model.set_compiled(compiled, engine.options.compile_mode or None)
-        label = f"{dtype} {'compiled' if compiled else 'eager'}"
+        model.graphs = graphs if replay else None
+        label = f"{dtype} {'compiled' if compiled else 'eager'}{' graphs' if replay else ''}"
         t_mode = time.perf_counter()
         for b in sizes:
             items = [Utterance(ids, engine.style_for(len(ids)), 1.0) for _ in range(b)]
@@ -175,17 +189,18 @@ def batch_sweep(engine: KokoroEngine, sizes: list[int], modes: list[tuple[str, b
                 times.append(time.perf_counter() - t0)
                 audio_s = sum(len(a) for a in res.audio) / engine.sample_rate
             ms = statistics.median(times) * 1000
-            row = {"dtype": dtype, "compiled": compiled, "batch": b, "ms": round(ms, 2),
+            row = {"dtype": dtype, "compiled": compiled, "cuda_graphs": replay, "batch": b, "ms": round(ms, 2),
                    "min_ms": round(min(times) * 1000, 2), "audio_s": round(audio_s, 2),
                    "audio_s_per_s": round(audio_s / (ms / 1000), 1), "warm_s": round(warm_s, 2)}
             if dev.type == "cuda":
                 row["peak_mib"] = round((torch.cuda.max_memory_allocated(dev) - base) / 2**20, 1)
             rows.append(row)
-            print(f"  batch {label:18s} B={b:4d}: {ms:8.2f} ms, {row['audio_s_per_s']:9.1f} audio s/s"
+            print(f"  batch {label:25s} B={b:4d}: {ms:8.2f} ms, {row['audio_s_per_s']:9.1f} audio s/s"
                   f" (first call {warm_s:.2f} s)", flush=True)
         print(f"  {label}: {time.perf_counter() - t_mode:.1f} s for the mode", flush=True)
     model.set_decoder_dtype(original[0])
     model.set_compiled(original[1], engine.options.compile_mode or None)
+    model.graphs = graphs
     return rows
 
 
@@ -347,6 +362,9 @@ def main() -> None:
                    help="after the batch table: torch.profiler top kernels of one call of this batch, per compiled "
                         "and eager mode of the first compiled dtype (0: off)")
     p.add_argument("--compile-mode", default="", help="torch.compile mode ('' = default)")
+    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=False,
+                   help="KokoroOptions.cuda_graphs: the decoder replayed from CUDA graphs per (batch, frames) bucket; "
+                        "the batch table then adds the engine's mode replayed from them")
     p.add_argument("--batch-sizes", default="1,8,32,64,128")
     p.add_argument("--batch-iters", type=int, default=3)
     p.add_argument("--max-batch", type=int, default=64)
@@ -387,7 +405,8 @@ def main() -> None:
     t0 = time.perf_counter()
     engine = KokoroEngine(KokoroOptions(device=args.device, dtype=args.dtype, max_batch=args.max_batch, g2p=g2p,
                                         tiny=args.tiny, warmup=True, urgent_s=args.urgent_s,
-                                        compile=args.compile, compile_mode=args.compile_mode))
+                                        compile=args.compile, compile_mode=args.compile_mode,
+                                        cuda_graphs=args.cuda_graphs))
     setup_s = time.perf_counter() - t0
     print(f"engine on {engine.device} ({engine.decoder_dtype}, {'compiled' if args.compile else 'eager'}) in "
           f"{setup_s:.1f} s (warm-up {engine.memory.warmup_s:.1f} s, {compiled_graphs()} compiled graphs); memory "
@@ -402,8 +421,11 @@ def main() -> None:
                    "parameters": sum(p.numel() for p in engine.model.parameters()),
                    "max_batch": args.max_batch, "compiled": args.compile,
                    "setup_s": round(setup_s, 1), "warmup_s": engine.memory.warmup_s,
-                   "compiled_graphs_after_warmup": compiled_graphs(), "memory": engine.memory.as_dict()},
+                   "compiled_graphs_after_warmup": compiled_graphs(), "memory": engine.memory.as_dict(),
+                   "cuda_graphs": decoder_graphs(engine)},
     }
+    if args.cuda_graphs:
+        print(f"decoder CUDA graphs: {decoder_graphs(engine)}", flush=True)
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -444,6 +466,9 @@ def main() -> None:
             graphs = compiled_graphs()
             asyncio.run(ramp(engine, [int(x) for x in args.levels.split(",") if x], args, result["ramp"], save))
             print(f"  graphs compiled during the ramp: {compiled_graphs() - graphs}", flush=True)
+            result["cuda_graphs_after_ramp"] = decoder_graphs(engine)
+            if args.cuda_graphs:
+                print(f"  decoder CUDA graphs after the ramp: {result['cuda_graphs_after_ramp']}", flush=True)
     finally:
         engine.close()
         save()

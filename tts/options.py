@@ -15,3 +15,4 @@ class TTSConfig:
     kokoro_dtype: str = "auto"  # the convolutional decoder's dtype: auto (float32) | bfloat16 | float16
     kokoro_compile: bool = False  # torch.compile the decoder's fused AdaIN/Snake steps (built during warm-up)
     kokoro_max_batch: int = 64  # utterances per GPU call
+    kokoro_cuda_graphs: bool = False  # replay the decoder from CUDA graphs per (batch, frames) bucket

@@ -25,7 +25,6 @@ from tts.kokoro.layers import (
     AdainResBlk1d,
     AdaINResBlock1,
     Span,
-    device_ints,
     init_generator_weights,
     weight_normed,
 )
@@ -105,22 +104,24 @@ class Generator(nn.Module):
         return math.prod(self.upsample_rates) * self.hop
 
     def forward(self, x: torch.Tensor, s: torch.Tensor, f0: torch.Tensor, span: Span, noise: torch.Tensor,
-                work: torch.dtype) -> tuple[torch.Tensor, list[int]]:
-        """``x`` (B, C, F2) clean, ``f0`` (B, F2); returns padded audio (B, T) in ``work`` dtype and lengths."""
-        dtype, dev, upp = x.dtype, x.device, self.samples_per_frame
+                work: torch.dtype) -> tuple[torch.Tensor, list[int] | None]:
+        """``x`` (B, C, F2) clean, ``f0`` (B, F2); returns padded audio (B, T) in ``work`` dtype and lengths
+        (host ints; None when ``span`` has device lengths only). Every length below is a device tensor
+        computed from ``span.lens``, so the pass has no host value in it (a CUDA graph captures it)."""
+        dtype, upp = x.dtype, self.samples_per_frame
         source = self.m_source(f0.to(work), upp, noise)
-        lengths = [n * upp for n in span.lengths]
-        har = _stft(source, lengths, self.n_fft, self.hop)  # (B, n_fft + 2, frames), zero past each item
-        spec_frames = [n // self.hop + 1 for n in lengths]
+        lens = span.lens * upp
+        har = _stft(source, lens, self.n_fft, self.hop)  # (B, n_fft + 2, frames), zero past each item
+        spec_frames = lens // self.hop + 1
         har = har.to(dtype)
         spans = []
-        frames = span.lengths
+        frames = span.lens
         for i, u in enumerate(self.upsample_rates):
-            frames = [n * u for n in frames]
+            frames = frames * u
             last = i == self.num_upsamples - 1
-            spans.append(Span.of([n + 1 for n in frames] if last else frames,
-                                 x.shape[-1] * math.prod(self.upsample_rates[: i + 1]) + (1 if last else 0), dev,
-                                 dtype))
+            spans.append(Span.of_lens(frames + 1 if last else frames,
+                                      x.shape[-1] * math.prod(self.upsample_rates[: i + 1]) + (1 if last else 0),
+                                      dtype))
         k = self.kernels
         x = F.leaky_relu(x, 0.1)
         for i in range(self.num_upsamples):
@@ -139,6 +140,7 @@ class Generator(nn.Module):
         x = self.conv_post(x).to(work)
         half = self.n_fft // 2 + 1
         spec, phase = torch.exp(x[:, :half]), torch.sin(x[:, half:])
+        lengths = None if span.lengths is None else [n * upp for n in span.lengths]
         return _istft(spec, phase, spec_frames, self.n_fft, self.hop), lengths
 
 
@@ -146,11 +148,12 @@ def _window(n_fft: int, like: torch.Tensor) -> torch.Tensor:
     return torch.hann_window(n_fft, periodic=True, dtype=like.dtype, device=like.device)
 
 
-def _stft(x: torch.Tensor, lengths: list[int], n_fft: int, hop: int) -> torch.Tensor:
-    """``torch.stft(center=True, reflect)`` magnitude ++ phase of each item's own length, zero-padded."""
+def _stft(x: torch.Tensor, lengths: torch.Tensor, n_fft: int, hop: int) -> torch.Tensor:
+    """``torch.stft(center=True, reflect)`` magnitude ++ phase of each item's own length (``lengths`` (B,)
+    int64 on the device), zero-padded."""
     b, t = x.shape
     pad = n_fft // 2
-    lens = device_ints(lengths, x.device)[:, None]
+    lens = lengths[:, None]
     pos = torch.arange(t + pad, device=x.device)[None, :]
     # each item's end reflects its own last samples: index 2(L-1) - p for p >= L
     src = torch.where(pos < lens, pos, 2 * (lens - 1) - pos).clamp(min=0)
@@ -158,18 +161,19 @@ def _stft(x: torch.Tensor, lengths: list[int], n_fft: int, hop: int) -> torch.Te
     left = x[:, 1:pad + 1].flip(-1)
     frames = torch.cat([left, right], dim=1).unfold(1, n_fft, hop)  # (B, N, n_fft)
     spec = torch.fft.rfft(frames * _window(n_fft, x), dim=-1)  # (B, N, bins)
-    count = device_ints([n // hop + 1 for n in lengths], x.device)[:, None, None]
+    count = (lengths // hop + 1)[:, None, None]
     valid = (torch.arange(frames.shape[1], device=x.device)[None, :, None] < count).to(x.dtype)
     out = torch.cat([spec.abs(), torch.angle(spec)], dim=-1) * valid
     return out.transpose(1, 2)
 
 
-def _istft(spec: torch.Tensor, phase: torch.Tensor, frames: list[int], n_fft: int, hop: int) -> torch.Tensor:
-    """``torch.istft(center=True)`` of each item's first ``frames[i]`` frames; (B, hop * (N - 1)), zero past."""
+def _istft(spec: torch.Tensor, phase: torch.Tensor, frames: torch.Tensor, n_fft: int, hop: int) -> torch.Tensor:
+    """``torch.istft(center=True)`` of each item's first ``frames[i]`` frames (``frames`` (B,) int64 on the
+    device); (B, hop * (N - 1)), zero past."""
     b, _, n = spec.shape
     dev = spec.device
     win = _window(n_fft, spec)
-    valid = (torch.arange(n, device=dev)[None, :] < device_ints(frames, dev)[:, None]).to(spec.dtype)
+    valid = (torch.arange(n, device=dev)[None, :] < frames[:, None]).to(spec.dtype)
     z = torch.polar(spec, phase).transpose(1, 2)  # (B, N, bins)
     chunks = torch.fft.irfft(z, n=n_fft, dim=-1) * win * valid[:, :, None]  # (B, N, n_fft)
     total = n_fft + hop * (n - 1)
@@ -177,7 +181,7 @@ def _istft(spec: torch.Tensor, phase: torch.Tensor, frames: list[int], n_fft: in
     env = F.conv_transpose1d(valid[:, None, :], (win * win)[None, None, :], stride=hop)
     pad = n_fft // 2
     out = ola[:, 0, 0, pad:total - pad] / env[:, 0, pad:total - pad].clamp(min=1e-11)
-    length = device_ints([hop * (f - 1) for f in frames], dev)[:, None]
+    length = (hop * (frames - 1))[:, None]
     return out * (torch.arange(out.shape[1], device=dev)[None, :] < length).to(out.dtype)
 
 
@@ -201,7 +205,7 @@ class Decoder(nn.Module):
 
     def forward(self, asr: torch.Tensor, f0_curve: torch.Tensor, n_curve: torch.Tensor, s: torch.Tensor,
                 frames: Span, frames2: Span, noise: torch.Tensor, work: torch.dtype
-                ) -> tuple[torch.Tensor, list[int]]:
+                ) -> tuple[torch.Tensor, list[int] | None]:
         """``asr`` (B, C, F); curves (B, 2F); ``s`` the 128-d decoder style. Returns (audio (B, T), lengths)."""
         m = frames.mask
         f0 = self.F0_conv(f0_curve[:, None]) * m

@@ -206,6 +206,10 @@ class KokoroEngine:
             torch.cuda.reset_peak_memory_stats(self.device)
             before = torch.cuda.memory_allocated(self.device)
         self.batcher.submit_future(self.utterance(longest.ids, seed=0)).future.result()  # first-call setup
+        if cuda and self.options.cuda_graphs and self.model.graphs is None:
+            with self.batcher.held():  # the batcher thread stays off the model while graphs are captured
+                self.model.enable_decoder_graphs(self.options.max_batch, max_frames=self.options.graph_max_frames,
+                                                 max_cells=self.options.graph_max_cells)
         with self.batcher.held():
             requests = [self.batcher.submit_future(self.utterance(longest.ids, seed=i)) for i in range(n)]
         audio_s = sum(len(r.future.result()) for r in requests) / self.sample_rate

@@ -40,18 +40,27 @@ def device_ints(values: list[int], device: torch.device) -> torch.Tensor:
 class Span:
     """Valid lengths of a padded batch at one time resolution.
 
-    ``mask`` is (B, 1, T) in the activation dtype (1 valid, 0 padding); ``count`` (B, 1, 1) float32.
+    ``mask`` is (B, 1, T) in the activation dtype (1 valid, 0 padding); ``count`` (B, 1, 1) float32;
+    ``lens`` (B,) int64 on the device. ``lengths`` are the same on the host, or None for a span built on
+    the device alone (:meth:`of_lens`, what a captured CUDA graph uses: no host value enters it).
     """
 
-    lengths: list[int]
+    lengths: list[int] | None
     mask: torch.Tensor
     count: torch.Tensor
+    lens: torch.Tensor
 
     @classmethod
     def of(cls, lengths: list[int], total: int, device: torch.device, dtype: torch.dtype) -> Span:
-        lens = device_ints(lengths, device)
-        mask = (torch.arange(total, device=device)[None, :] < lens[:, None]).to(dtype)[:, None, :]
-        return cls(list(lengths), mask, lens.to(torch.float32).clamp(min=1)[:, None, None])
+        span = cls.of_lens(device_ints(lengths, device), total, dtype)
+        span.lengths = list(lengths)
+        return span
+
+    @classmethod
+    def of_lens(cls, lens: torch.Tensor, total: int, dtype: torch.dtype) -> Span:
+        """From device lengths ``lens`` (B,) int64: device operations only (capturable in a CUDA graph)."""
+        mask = (torch.arange(total, device=lens.device)[None, :] < lens[:, None]).to(dtype)[:, None, :]
+        return cls(None, mask, lens.to(torch.float32).clamp(min=1)[:, None, None], lens)
 
     @property
     def total(self) -> int:
@@ -62,7 +71,7 @@ class Span:
         return self.mask[:, 0, :] == 0
 
     def to(self, dtype: torch.dtype) -> Span:
-        return Span(self.lengths, self.mask.to(dtype), self.count)
+        return Span(self.lengths, self.mask.to(dtype), self.count, self.lens)
 
 
 class LayerNorm(nn.Module):

@@ -64,6 +64,7 @@ class KokoroModel(nn.Module):
                                decoder_dim=int(cfg["decoder_dim"]), asr_res_dim=int(cfg["asr_res_dim"]))
         self._kernels: Kernels = EAGER_KERNELS
         self._compiled_kernels: Kernels | None = None
+        self.graphs: Any = None  # tts.kokoro.decoder_graphs.DecoderGraphs once enable_decoder_graphs ran
         self.eval()
 
     # ------------------------------------------------------------------ properties
@@ -112,6 +113,18 @@ class KokoroModel(nn.Module):
             if isinstance(module, AdaIN1d | AdainResBlk1d | AdaINResBlock1 | Generator):
                 module.kernels = self._kernels
         return self
+
+    def enable_decoder_graphs(self, max_batch: int = 64, **buckets: Any) -> Any:
+        """Capture the decoder as CUDA graphs per (batch, frames) bucket (``tts.kokoro.decoder_graphs``); later
+        batches that fit a bucket replay one. Call after the dtype and compile settings: graphs freeze them."""
+        from tts.kokoro.decoder_graphs import DecoderGraphs
+
+        graphs = DecoderGraphs(self.decoder, int(self.config["hidden_dim"]), self.style_dim, self.samples_per_frame,
+                               torch.promote_types(self.bert_encoder.weight.dtype, torch.float32),
+                               max_batch=max_batch, **buckets)
+        graphs.capture_all()
+        self.graphs = graphs
+        return graphs
 
     def parameter_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.parameters())
@@ -192,8 +205,13 @@ class KokoroModel(nn.Module):
 
         dd = self.decoder_dtype
         noise = _noise(items, [n * self.samples_per_frame for n in frames], f * self.samples_per_frame, dev, work)
-        audio, out_lengths = self.decoder(asr.to(dd), f0.to(dd), energy.to(dd), s_dec.to(dd), fspan.to(dd),
-                                          fspan2.to(dd), noise, work)
+        audio = None
+        if self.graphs is not None:  # one replay of the bucket's graph; None: no bucket holds this batch
+            audio = self.graphs.run(asr.to(dd), f0.to(dd), energy.to(dd), s_dec.to(dd), fspan.lens, noise)
+            out_lengths = [n * self.samples_per_frame for n in frames]
+        if audio is None:
+            audio, out_lengths = self.decoder(asr.to(dd), f0.to(dd), energy.to(dd), s_dec.to(dd), fspan.to(dd),
+                                              fspan2.to(dd), noise, work)
         audio = torch.nan_to_num(audio.float(), nan=0.0, posinf=1.0, neginf=-1.0).clamp_(-1.0, 1.0).cpu().numpy()
         return BatchResult([audio[row, :n].copy() for row, n in enumerate(out_lengths)], durations, f)
 

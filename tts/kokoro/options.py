@@ -39,4 +39,10 @@ class KokoroOptions:
     # same output within float rounding; graphs are built during warm-up (seconds each). Off until the
     # H200 run with bench/tts_gpu.py's side-by-side rows confirms the gain (CPU: correct but slow to build).
     compile: bool = False
-    compile_mode: str = ""  # torch.compile mode: "" (default) | max-autotune-no-cudagraphs | ...
+    compile_mode: str = ""
+    # CUDA only: the decoder replayed from CUDA graphs captured at warm-up per (batch, frames) bucket
+    # (tts/kokoro/decoder_graphs.py): one launch instead of thousands, so a batch costs its GPU time, not the
+    # interpreter's. Batches past the buckets run eagerly. Capture takes seconds; memory ~ the largest bucket.
+    cuda_graphs: bool = False
+    graph_max_frames: int = 512  # longest padded clause (alignment frames, 25 ms each) a graph holds
+    graph_max_cells: int = 64 * 192  # batch x frames of the largest bucket  # torch.compile mode: "" (default) | max-autotune-no-cudagraphs | ...

@@ -1,0 +1,155 @@
+"""Kokoro's decoder replayed from CUDA graphs, one per (batch, frames) bucket.
+
+Why: the eager decoder is thousands of small kernel launches from Python (52 ms for one utterance on
+the H200, run 17, where the GPU work is a few ms), and inside a process that also serves sockets and a
+Parakeet batcher those launches wait for the GIL: run 25 measured a batch of 8 taking ~250 ms in the
+engine process against 64 ms alone. A replayed graph is one launch.
+
+How: the decoder pass has no host value in it once its lengths are a device tensor
+(``Span.of_lens``), so for a bucket (B, F) it is captured once over static input buffers (B rows, F
+frames); a batch of b <= B items of f <= F frames is zero-padded into them (rows past b have length 0),
+replayed, and its audio copied out before the next replay. Buckets: batches 1, 2, 4, ... up to
+``max_batch`` and frames in steps of ``frame_step`` up to ``max_frames``, limited to ``max_cells``
+batch x frames (memory grows with both); a batch outside every bucket runs eagerly. All graphs share
+one memory pool (one replay at a time, outputs copied out under a lock), so the pool is about the
+largest bucket's activations.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+
+from tts.kokoro.decoder import Decoder
+from tts.kokoro.layers import Span
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Bucket:
+    batch: int
+    frames: int
+    asr: torch.Tensor  # (B, C, F) decoder dtype
+    f0: torch.Tensor  # (B, 2F)
+    energy: torch.Tensor  # (B, 2F)
+    style: torch.Tensor  # (B, S)
+    lens: torch.Tensor  # (B,) int64: frames per item, 0 for an unused row
+    noise: torch.Tensor  # (B, F * samples_per_frame) work dtype
+    graph: torch.cuda.CUDAGraph | None = None
+    audio: torch.Tensor | None = None  # the captured output (B, T)
+
+
+def bucket_sizes(max_batch: int, frame_step: int, max_frames: int, max_cells: int) -> list[tuple[int, int]]:
+    """Every (batch, frames) bucket: batches 1, 2, 4... to ``max_batch``, frames ``frame_step`` apart up to
+    ``max_frames``, batch x frames <= ``max_cells``."""
+    batches, b = [], 1
+    while b < max_batch:
+        batches.append(b)
+        b *= 2
+    batches.append(max_batch)
+    frames = list(range(frame_step, max_frames + 1, frame_step))
+    return [(b, f) for b in batches for f in frames if b * f <= max_cells]
+
+
+class DecoderGraphs:
+    """CUDA graphs of ``decoder`` per bucket (see the module docstring)."""
+
+    def __init__(self, decoder: Decoder, channels: int, style_dim: int, samples_per_frame: int,
+                 work: torch.dtype, max_batch: int = 64, frame_step: int = 32, max_frames: int = 512,
+                 max_cells: int = 64 * 192):
+        self.decoder = decoder
+        self.device = decoder.F0_conv.weight.device
+        if self.device.type != "cuda":
+            raise ValueError("decoder CUDA graphs need the decoder on a CUDA device")
+        self.dtype = decoder.F0_conv.weight.dtype
+        self.channels, self.style_dim, self.spf, self.work = channels, style_dim, samples_per_frame, work
+        self.sizes = bucket_sizes(max_batch, frame_step, max_frames, max_cells)
+        self._buckets: dict[tuple[int, int], _Bucket] = {}
+        self._pool = torch.cuda.graph_pool_handle()
+        self._lock = threading.Lock()
+        self.replays = 0
+        self.fallbacks = 0  # batches outside every bucket (run eagerly)
+        self.capture_s = 0.0
+
+    # ------------------------------------------------------------------ capture
+    def _buffers(self, b: int, f: int) -> _Bucket:
+        z = dict(device=self.device)
+        return _Bucket(b, f, torch.zeros(b, self.channels, f, dtype=self.dtype, **z),
+                       torch.zeros(b, 2 * f, dtype=self.dtype, **z), torch.zeros(b, 2 * f, dtype=self.dtype, **z),
+                       torch.zeros(b, self.style_dim, dtype=self.dtype, **z),
+                       torch.full((b,), f, dtype=torch.int64, **z),
+                       torch.zeros(b, f * self.spf, dtype=self.work, **z))
+
+    def _body(self, k: _Bucket) -> torch.Tensor:
+        frames = Span.of_lens(k.lens, k.frames, self.dtype)
+        frames2 = Span.of_lens(2 * k.lens, 2 * k.frames, self.dtype)
+        audio, _ = self.decoder(k.asr, k.f0, k.energy, k.style, frames, frames2, k.noise, self.work)
+        return audio
+
+    @torch.inference_mode()
+    def capture(self, b: int, f: int) -> None:
+        """Warm the bucket's shapes up on a side stream (cuDNN and cuFFT plans, compiled kernels), then capture."""
+        k = self._buffers(b, f)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._body(k)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+            k.audio = self._body(k)
+        k.graph = graph
+        self._buckets[(b, f)] = k
+
+    def capture_all(self) -> None:
+        """Capture every bucket, largest first (the shared pool is sized by the first)."""
+        t0 = time.perf_counter()
+        with self._lock:
+            for b, f in sorted(self.sizes, key=lambda s: -s[0] * s[1]):
+                if (b, f) not in self._buckets:
+                    self.capture(b, f)
+        torch.cuda.synchronize(self.device)
+        self.capture_s += time.perf_counter() - t0
+        log.info("kokoro decoder: %d CUDA graphs captured in %.1f s", len(self._buckets), self.capture_s)
+
+    @property
+    def captured(self) -> int:
+        return len(self._buckets)
+
+    # ------------------------------------------------------------------ replay
+    def pick(self, b: int, f: int) -> _Bucket | None:
+        """The smallest captured bucket holding ``b`` items of ``f`` frames (None: none does)."""
+        best = None
+        for (bb, ff), k in self._buckets.items():
+            if bb >= b and ff >= f and (best is None or bb * ff < best.batch * best.frames):
+                best = k
+        return best
+
+    @torch.inference_mode()
+    def run(self, asr: torch.Tensor, f0: torch.Tensor, energy: torch.Tensor, style: torch.Tensor,
+            lens: torch.Tensor, noise: torch.Tensor) -> torch.Tensor | None:
+        """The decoder's audio (b, T) for ``asr`` (b, C, f) etc. (``lens`` (b,) int64 frames per item, inputs
+        zero past each item), from the bucket's graph; None when no bucket holds the batch (run it eagerly)."""
+        b, f = asr.shape[0], asr.shape[-1]
+        k = self.pick(b, f)
+        if k is None:
+            self.fallbacks += 1
+            return None
+        with self._lock:
+            for dst, src in ((k.asr, asr), (k.f0, f0), (k.energy, energy), (k.noise, noise)):
+                dst.zero_()
+                dst[:b, ..., : src.shape[-1]].copy_(src)
+            k.style[:b].copy_(style)
+            k.lens.zero_()
+            k.lens[:b].copy_(lens)
+            assert k.graph is not None and k.audio is not None
+            k.graph.replay()
+            self.replays += 1
+            # out of the shared pool before any other replay can write there
+            return k.audio[:b, : (f * self.spf)].clone()
