@@ -21,7 +21,10 @@
 # Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS
 # ENGINE_PROCESS KOKORO_COMPILE KOKORO_DTYPE.
 # KOKORO_COMPILE=1 sets tts.kokoro_compile = true (the decoder's fused AdaIN/Snake steps through torch.compile);
-# KOKORO_DTYPE sets tts.kokoro_dtype (gpu.toml: bfloat16).
+# KOKORO_DTYPE sets tts.kokoro_dtype (gpu.toml: bfloat16). KOKORO_GRAPHS=1 sets tts.kokoro_cuda_graphs = true.
+# MPS=1 starts the CUDA MPS control daemon first (kernels of the LLM server and the engine process then run
+# side by side instead of time-sliced), checks a CUDA context opens through it (else stops it and goes on
+# without), and quits it at exit.
 # Every 5 s top's busiest processes go to top.log (which process is CPU-bound: a session worker, the engine,
 # the LLM server); with ENGINE_PROCESS=1 the engine logs its CPU share, loop lag and batchers' load (engine.log).
 # ENGINE_PROCESS=1 sets server.engine_process = true: one engine process (started by the parent, before any
@@ -78,6 +81,7 @@ finish() {
     for c in $children; do kill -TERM -- "-$c" 2>/dev/null; kill -TERM "$c" 2>/dev/null; done
   fi
   [ -n "$SMI_PID" ] && kill "$SMI_PID" 2>/dev/null
+  [ "${MPS_UP:-0}" = 1 ] && echo quit | nvidia-cuda-mps-control
   [ -n "${TOP_PID:-}" ] && pkill -P "$TOP_PID" 2>/dev/null
   [ -f "$LOGS/nvidia-smi.csv" ] && cp "$LOGS/nvidia-smi.csv" "$OUT/"
   tar -czf "$OUT/logs.tar.gz" -C /tmp cascade-logs 2>/dev/null
@@ -105,6 +109,19 @@ for m in ("pipecat", "fastapi", "uvicorn", "websockets", "pynvml", "tts.kokoro",
     except Exception as exc:
         print("  IMPORT FAILED:", m, repr(exc)[:300])
 P
+MPS_UP=0
+if [ "${MPS:-0}" = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=$LOGS/mps
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d && MPS_UP=1
+  if [ $MPS_UP = 1 ] && timeout 60 "$PY" -c "import torch; torch.ones(1, device='cuda').sum().item()"; then
+    say "CUDA MPS daemon up: the CUDA processes share the GPU through it"
+  else
+    [ $MPS_UP = 1 ] && echo quit | nvidia-cuda-mps-control
+    MPS_UP=0; unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    say "CUDA MPS did not come up: going on without it"
+  fi
+fi
 nvidia-smi --query-gpu=timestamp,memory.used,memory.total,utilization.gpu --format=csv -l 5 \
   > "$LOGS/nvidia-smi.csv" 2>/dev/null &
 SMI_PID=$!
@@ -140,6 +157,7 @@ SETS=(--set "admission.max_sessions=$MAX_LEVEL" --set admission.queue_size=0 --s
       --set budgets.window_s=900 --set gpu.check_measured=false "${DRY[@]}")
 [ -n "${TTS_ENGINE:-}" ] && SETS+=(--set "tts.engine=$TTS_ENGINE")
 [ "${KOKORO_COMPILE:-0}" = 1 ] && SETS+=(--set tts.kokoro_compile=true)
+[ "${KOKORO_GRAPHS:-0}" = 1 ] && SETS+=(--set tts.kokoro_cuda_graphs=true)
 [ -n "${KOKORO_DTYPE:-}" ] && SETS+=(--set "tts.kokoro_dtype=$KOKORO_DTYPE")
 if [ "$WORKERS" -gt 1 ]; then
   SETS+=(--set "server.workers=$WORKERS" --set "server.metrics_listen=127.0.0.1:$MPORT"
