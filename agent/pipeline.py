@@ -243,6 +243,13 @@ def build_worker(
             user_turn_strategies=make_turn_strategies(config, engines.speculation_stats),
             user_idle_timeout=config.call.idle_after_s),
     )
+    user_aggregator = aggregators.user()
+
+    @user_aggregator.event_handler("on_user_turn_stop_timeout")
+    async def _stop_timeout(_aggregator: Any) -> None:
+        # pipecat's 5 s safety net: no stop strategy ended the turn (no transcript text reached it)
+        logger.info(f"session {session_id}: turn ended by pipecat's user_turn_stop_timeout, not by a stop strategy")
+
     call = config.call
     transcript = None
     if call.transcripts_dir or call.webhook_url:

@@ -211,6 +211,7 @@ class ParakeetSTTService(STTService):
             self._finalized = event.utterance
         await self.emit_stt_usage_metrics()
         if not result.text:
+            logger.info(f"{self}: empty final transcript ({result.audio_s:.2f} s of audio)")
             await self.cancel_ttfb_metrics()
             return
         await self._handle_transcription(result.text, True, self._lang())

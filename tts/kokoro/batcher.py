@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from tts.kokoro.model import KokoroModel, Utterance
 
@@ -174,6 +175,13 @@ class SynthesisBatcher:
         return batch
 
     def _loop(self) -> None:
+        # Its own CUDA stream: on the legacy default stream every batch would also serialize with what other
+        # threads of the process launch there (the engine process's Parakeet ticks). None on the CPU: no-op.
+        dev = self.model.device
+        with torch.cuda.stream(torch.cuda.Stream(dev) if dev.type == "cuda" else None):
+            self._serve()
+
+    def _serve(self) -> None:
         while True:
             with self._cond:
                 while not self._closed and (not self._queue or self._holds):
