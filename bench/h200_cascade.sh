@@ -21,19 +21,21 @@
 # Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS
 # ENGINE_PROCESS KOKORO_COMPILE KOKORO_DTYPE.
 # KOKORO_COMPILE=1 sets tts.kokoro_compile = true (the decoder's fused AdaIN/Snake steps through torch.compile);
-# KOKORO_DTYPE sets tts.kokoro_dtype (gpu.toml: bfloat16). KOKORO_GRAPHS=1 sets tts.kokoro_cuda_graphs = true.
+# KOKORO_DTYPE sets tts.kokoro_dtype (gpu.toml: bfloat16). KOKORO_GRAPHS=0 turns gpu.toml's
+# tts.kokoro_cuda_graphs off (the eager decoder of runs 17-25).
 # MPS=1 starts the CUDA MPS control daemon first (kernels of the LLM server and the engine process then run
 # side by side instead of time-sliced), checks a CUDA context opens through it (else stops it and goes on
 # without), and quits it at exit.
 # Every 5 s top's busiest processes go to top.log (which process is CPU-bound: a session worker, the engine,
 # the LLM server); with ENGINE_PROCESS=1 the engine logs its CPU share, loop lag and batchers' load (engine.log).
-# ENGINE_PROCESS=1 sets server.engine_process = true: one engine process (started by the parent, before any
+# ENGINE_PROCESS (default 1, gpu.toml's server.engine_process = true): one engine process (started by the parent, before any
 # worker) owns Kokoro and streaming Parakeet (and their batchers) for every session process; its log is
 # engine.log in logs.tar.gz. With WORKERS > 1 the shares are then one Kokoro's and one Parakeet's
-# (gpu.tts_fraction 0.15, gpu.asr_fraction 0.15, as in one process), not 0.36 and 0.22 split N ways.
+# (gpu.tts_fraction 0.15, gpu.asr_fraction 0.15, as in one process). ENGINE_PROCESS=0: each session process
+# loads its own (runs 17-22).
 # WORKERS=N (default 1: one process, as before) runs `cadence serve --workers N`: one LLM server, N worker
-# processes on port 7860 (SO_REUSEPORT), each with its own Parakeet and Kokoro; the GPU shares are set for N
-# copies (asr 0.22 + tts 0.36 split N ways, llm 0.30), the admission cap is 2 x the largest level (the kernel
+# processes on port 7860 (SO_REUSEPORT); with ENGINE_PROCESS=0 each has its own Parakeet and Kokoro and the GPU
+# shares are set for N copies (asr 0.22 + tts 0.36 split N ways, llm 0.30); the admission cap is 2 x the largest level (the kernel
 # hashes connections to workers, it does not balance them, so a per-worker cap of exactly its part would
 # refuse callers), and capacity reads the parent's summed /metrics on port 7861.
 # DRY_RUN=1 runs the same steps on a CPU box (no wheels, toy models, Parakeet and transformers serve on the
@@ -157,16 +159,18 @@ SETS=(--set "admission.max_sessions=$MAX_LEVEL" --set admission.queue_size=0 --s
       --set budgets.window_s=900 --set gpu.check_measured=false "${DRY[@]}")
 [ -n "${TTS_ENGINE:-}" ] && SETS+=(--set "tts.engine=$TTS_ENGINE")
 [ "${KOKORO_COMPILE:-0}" = 1 ] && SETS+=(--set tts.kokoro_compile=true)
-[ "${KOKORO_GRAPHS:-0}" = 1 ] && SETS+=(--set tts.kokoro_cuda_graphs=true)
+[ "${KOKORO_GRAPHS:-1}" = 0 ] && SETS+=(--set tts.kokoro_cuda_graphs=false)
 [ -n "${KOKORO_DTYPE:-}" ] && SETS+=(--set "tts.kokoro_dtype=$KOKORO_DTYPE")
 if [ "$WORKERS" -gt 1 ]; then
   SETS+=(--set "server.workers=$WORKERS" --set "server.metrics_listen=127.0.0.1:$MPORT"
          --set "admission.max_sessions=$((2 * MAX_LEVEL))")
-  [ "${DRY_RUN:-0}" = 1 ] || SETS+=(--set gpu.asr_fraction=0.22 --set gpu.tts_fraction=0.36 --set gpu.llm_fraction=0.30)
+  [ "${DRY_RUN:-0}" = 1 ] || [ "${ENGINE_PROCESS:-1}" = 1 ] \
+    || SETS+=(--set gpu.asr_fraction=0.22 --set gpu.tts_fraction=0.36 --set gpu.llm_fraction=0.30)
 fi
-if [ "${ENGINE_PROCESS:-0}" = 1 ]; then
+if [ "${ENGINE_PROCESS:-1}" = 1 ]; then
   SETS+=(--set server.engine_process=true --set "server.engine_log=$LOGS/engine.log" --set server.engine_report_s=5)
-  [ "$WORKERS" -gt 1 ] && [ "${DRY_RUN:-0}" != 1 ] && SETS+=(--set gpu.tts_fraction=0.15 --set gpu.asr_fraction=0.15)
+else
+  SETS+=(--set server.engine_process=false)
 fi
 "$PY" -m agent.cli serve --config examples/gpu.toml --port $PORT "${SETS[@]}" > "$LOGS/serve.log" 2>&1 &
 SERVE_PID=$!

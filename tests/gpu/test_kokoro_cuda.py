@@ -123,27 +123,31 @@ def test_compiled_decoder_matches_eager(model: KokoroModel) -> None:
 
 
 def test_decoder_graphs_match_eager(model: KokoroModel) -> None:
-    """The decoder replayed from CUDA graphs (inputs padded into a larger bucket, unused rows of length 0)
-    equals the eager decoder per item, fp32 and bf16 (compiled too); a batch past every bucket runs eagerly."""
+    """The decoder replayed from CUDA graphs equals the eager decoder per item; a batch past every bucket runs
+    eagerly. fp32: eager at its own padding (frame_bucket 8, batch 1 unpadded) against the graph's larger
+    bucket (rows of length 0, padded frames): padding changes nothing beyond rounding. bf16 (eager kernels and
+    compiled): eager padded like the bucket (frame_bucket 32), so both run the same shapes; across paddings bf16
+    differs by its own noise (cuDNN picks other algorithms per shape: 7% of a quiet clip's peak on the H200)."""
     items = _items(model)
     rows = {}
     for dtype, compiled in ((torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)):
+        fb = 8 if dtype == torch.float32 else 32
         model.set_decoder_dtype(dtype)
         model.set_compiled(compiled)
         try:
-            eager = model.synthesize(items, frame_bucket=8).audio
-            eager_one = model.synthesize(items[1:2]).audio[0]
+            eager = model.synthesize(items, frame_bucket=fb).audio
+            eager_one = model.synthesize(items[1:2], frame_bucket=1 if fb == 8 else fb).audio[0]
             graphs = model.enable_decoder_graphs(max_batch=8, frame_step=32, max_frames=512, max_cells=8 * 512)
-            replayed = model.synthesize(items, frame_bucket=8).audio  # 4 items -> the (4, f) bucket
-            one = model.synthesize(items[1:2]).audio[0]  # batch 1, short clause
+            replayed = model.synthesize(items, frame_bucket=fb).audio  # 4 items -> the (4, f) bucket
+            one = model.synthesize(items[1:2], frame_bucket=1 if fb == 8 else fb).audio[0]  # batch 1
             assert graphs.replays == 2 and graphs.fallbacks == 0
-            too_long = model.synthesize(items * 3, frame_bucket=8)  # 12 items > max_batch 8: eager
+            too_long = model.synthesize(items * 3, frame_bucket=fb)  # 12 items > max_batch 8: eager
             assert graphs.fallbacks == 1
         finally:
             model.graphs = None
             model.set_compiled(False)
             model.set_decoder_dtype(torch.float32)
-        tol = 1e-3 if dtype == torch.float32 else 2e-2
+        tol = 1e-3 if dtype == torch.float32 else 1e-2
         for row in range(len(items)):
             assert len(replayed[row]) == len(eager[row])
             err = np.abs(replayed[row] - eager[row]).max() / np.abs(eager[row]).max()
@@ -151,7 +155,9 @@ def test_decoder_graphs_match_eager(model: KokoroModel) -> None:
             assert np.isfinite(replayed[row]).all() and err < tol, (dtype, compiled, row, err)
             assert len(too_long.audio[row]) == len(eager[row])
         assert len(one) == len(eager_one)
-        assert np.abs(one - eager_one).max() < tol * np.abs(eager_one).max()
+        err = np.abs(one - eager_one).max() / np.abs(eager_one).max()
+        rows[(str(dtype), compiled, "alone")] = err
+        assert err < tol, (dtype, compiled, "alone", err)
     print("graphs vs eager, max abs error / peak:", {k: f"{v:.2e}" for k, v in rows.items()})
 
 
