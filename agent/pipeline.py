@@ -189,7 +189,8 @@ def make_turn_strategies(config: Config, speculation_stats: SpeculationStats | N
     """End of turn: smart-turn with a short silence fallback, or plain VAD silence.
 
     Stock smart-turn waits ~3 s of silence when it misjudges a finished sentence; the
-    fallback here is ``vad.turn_fallback_secs``. With Parakeet and ``llm.speculate`` set, the
+    fallback here is ``vad.turn_fallback_secs`` (with Whisper, ``vad.turn_finished_text_secs`` when the
+    transcript reads as a finished sentence). With Parakeet and ``llm.speculate`` set, the
     stop strategy also starts speculative replies on partials (``agent.speculative_turn``).
     """
     triggers = parse_triggers(config.llm.speculate) if config.asr.engine == "parakeet" else frozenset()
@@ -203,10 +204,12 @@ def make_turn_strategies(config: Config, speculation_stats: SpeculationStats | N
         analyzer = SharedSmartTurnAnalyzerV3(params=SmartTurnParams(stop_secs=config.vad.turn_fallback_secs))
         # Whisper transcribes per VAD segment: the turn must wait for its last segment's text.
         if config.asr.engine == "whisper":
-            strategy = SegmentedTurnAnalyzerStopStrategy
+            finished = config.vad.turn_finished_text_secs
+            stop = [SegmentedTurnAnalyzerStopStrategy(turn_analyzer=analyzer,
+                                                      finished_text_secs=finished if finished >= 0 else None)]
         else:
             strategy = SpeculativeTurnAnalyzerStopStrategy if triggers else TurnAnalyzerUserTurnStopStrategy
-        stop = [strategy(turn_analyzer=analyzer, **spec)]
+            stop = [strategy(turn_analyzer=analyzer, **spec)]
     # Only VAD starts a turn: a segment's transcript that lands after the turn ended must not
     # open a new turn and interrupt the answer (stock pipecat also starts turns on transcripts).
     return UserTurnStrategies(start=[VADUserTurnStartStrategy()], stop=stop)

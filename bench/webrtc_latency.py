@@ -15,7 +15,9 @@ sample is sent (``testkit.voiced``: 10 ms frames within 35 dB of the loudest, no
 stops at the first received bot frame with a sample above ``VOICED_LEVEL``. Per turn, the server's
 own record (``GET /api/sessions/{pc_id}``: transcript, reply, LLM responses, event times on the
 host's monotonic clock) gives the word error rate, the answer count (answered exactly once = one
-LLM response for the utterance) and the stage split against the client's clock.
+LLM response for the utterance; ``answers_heard``: how many of those replies had audio go out, a reply
+the caller's next words cut before its first audio was never heard) and the stage split against the
+client's clock.
 
     python bench/webrtc_latency.py                # 12 clips x 2 systems, one round (~5 min)
     python bench/webrtc_latency.py --rounds 3
@@ -118,7 +120,7 @@ async def one_call(system: str, url: str, clip: Clip, args: argparse.Namespace,
                    pids: dict[str, int] | None = None) -> dict[str, Any]:
     pid = (pids or {}).get(system)
     cpu0 = cpu_s(pid)
-    caller = WebRTCCaller(url)
+    caller = WebRTCCaller(url, jitter_frames=args.client_jitter_frames)
     voiced = last_voiced_s(clip.audio, RATE)
     row: dict[str, Any] = {"system": system}
     try:
@@ -142,9 +144,13 @@ async def one_call(system: str, url: str, clip: Clip, args: argparse.Namespace,
         await caller.close()
     heard = " ".join(t.get("transcript", "") for t in turns).strip()
     answers = sum(int(t.get("llm_requests", 0)) for t in turns)
+    # Replies whose audio went out at all: a reply cut by the caller's next words before its first audio
+    # was never heard (and left nothing in the context), though it counts in ``answers``.
+    heard_replies = sum(1 for t in turns if t.get("llm_requests") and "first_audio_out" in t.get("at", {}))
     row.update({
         "heard": heard, "reply": " | ".join(t.get("reply", "") for t in turns if t.get("reply")),
-        "wer": wer(clip.text, heard), "answers": answers, "answered": first is not None,
+        "wer": wer(clip.text, heard), "answers": answers, "answers_heard": heard_replies,
+        "answered": first is not None,
         "bot_audio_before_speech_end": early is not None and early < sent,
         "last_voiced_to_first_audio_ms": None if first is None else round((first - sent) * 1000.0, 1),
         "server_stages_ms": next((t["latency_ms"] for t in turns if t.get("llm_requests")), {}),
@@ -187,6 +193,7 @@ def totals(rows: list[dict], system: str, clips: list[Clip]) -> dict[str, Any]:
         "answered": sum(r["answered"] for r in mine),
         "answered_exactly_once": sum(r["answers"] == 1 and r["answered"] for r in mine),
         "answered_more_than_once": sum(r["answers"] > 1 for r in mine),
+        "one_reply_heard": sum(r.get("answers_heard") == 1 and r["answered"] for r in mine),
         "bot_audio_before_speech_end": sum(r["bot_audio_before_speech_end"] for r in mine),
         "wer": round(errors / n_words, 4) if n_words else None,
         "empty_transcripts": sum(not r["heard"] for r in mine),
@@ -269,6 +276,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
             "-> first received bot frame above |300|", "voiced_rule": {"db_below_peak": VOICED_DB,
                                                                           "rms_floor": VOICED_FLOOR},
             "models": "Whisper tiny.en int8, SmolLM2-135M on one shared llama.cpp server, Piper joe-medium",
+            "client_jitter_frames": args.client_jitter_frames or "aiortc default (4)",
             "cadence_overrides": args.set, "llama_no_repack": args.no_repack, "load_average_before": load_before, "load_average_after": load_average(),
             "shared_cores": "the 2 cores were shared with other work during the run (see per-row load)",
         },
@@ -279,11 +287,12 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def report(out: dict[str, Any]) -> None:
     print("\nlast voiced sample sent -> first bot audio received (ms), real WebRTC on loopback")
-    print(f"{'system':8s} {'p50':>6s} {'p90':>6s} {'max':>6s} {'once':>7s} {'WER':>6s}")
+    print(f"{'system':8s} {'p50':>6s} {'p90':>6s} {'max':>6s} {'once':>7s} {'heard1':>7s} {'WER':>6s}")
     for name, s in out["systems"].items():
         lat = s["last_voiced_to_first_audio_ms"]
         cells = " ".join(f"{lat[k]:6.0f}" if k in lat else f"{'-':>6s}" for k in ("p50", "p90", "max"))
-        print(f"{name:8s} {cells} {s['answered_exactly_once']:3d}/{s['utterances']:<3d} {s['wer']:6.3f}")
+        print(f"{name:8s} {cells} {s['answered_exactly_once']:3d}/{s['utterances']:<3d} "
+              f"{s['one_reply_heard']:3d}/{s['utterances']:<3d} {s['wer']:6.3f}")
         print(f"         split p50: {s['split_p50_ms']}")
     print(f"memory (MB): {out['memory_mb']}")
 
@@ -298,6 +307,8 @@ if __name__ == "__main__":
     parser.add_argument("--gap", type=float, default=0.5, help="pause between calls (s)")
     parser.add_argument("--no-repack", action="store_true",
                         help="start the shared llama.cpp server without AMX/repack buffers (crash on this VM)")
+    parser.add_argument("--client-jitter-frames", type=int, default=None,
+                        help="the calling client's receive jitter buffer in 20 ms frames (default: aiortc's 4)")
     parser.add_argument("--cadence-only", action="store_true", help="leave stock pipecat out (diagnosis runs)")
     parser.add_argument("--log-dir", help="write the servers' output there (cadence.log, stock.log)")
     parser.add_argument("--config")

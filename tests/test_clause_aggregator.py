@@ -24,6 +24,14 @@ async def test_first_clause_is_released_then_whole_sentences():
     assert got[3] == "Thanks."
 
 
+async def test_default_releases_a_two_word_opening_clause_but_not_a_lone_interjection():
+    agg = ClauseTextAggregator()
+    got = await chunks(agg, ["I'm", " sorry", ",", " but", " that", " is", " not", " valid", ". ", "Bye", "."])
+    assert got == ["I'm sorry,", "but that is not valid.", "Bye."]
+    got = await chunks(agg, ["Sure", ",", " I", " can", " help", ". "])
+    assert got == ["Sure, I can help."]
+
+
 async def test_line_breaks_and_long_unpunctuated_starts_are_released():
     agg = ClauseTextAggregator(min_words=4)
     got = await chunks(agg, ["Your", " code", " is", " ready", "\n", "Bye", "."])

@@ -22,6 +22,7 @@ from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 from av import AudioFrame
 
 from transports.ice import LOOPBACK, restrict_ice_hosts
+from transports.jitter import check_prefetch, set_audio_prefetch
 
 RATE = 48000
 FRAME = 960  # 20 ms
@@ -110,7 +111,9 @@ class WebRTCCaller:
     """One caller: connect, ``say`` utterances, read back what the bot said and when."""
 
     def __init__(self, base_url: str, api_key: str = "", ice_hosts: Sequence[str] = LOOPBACK,
-                 data_channel: bool = False):
+                 data_channel: bool = False, jitter_frames: int | None = None):
+        """``jitter_frames``: the depth of this caller's receive jitter buffer (``transports.jitter``); None:
+        aiortc's own (4 frames, 80 ms before the bot's first audio is heard)."""
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         restrict_ice_hosts(ice_hosts)  # process-wide: before the peer connection gathers
@@ -121,9 +124,12 @@ class WebRTCCaller:
         self.pc_id: str | None = None
         self._reader: asyncio.Task | None = None
         self._data_channel = data_channel
+        self._jitter_frames = None if jitter_frames is None else check_prefetch(jitter_frames)
 
     async def connect(self, timeout_s: float = 20.0) -> None:
         self.pc.addTransceiver(self.mic, direction="sendrecv")
+        if self._jitter_frames is not None:
+            set_audio_prefetch(self.pc, self._jitter_frames)
         if self._data_channel:
             channel = self.pc.createDataChannel("cadence")
 

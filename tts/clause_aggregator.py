@@ -4,6 +4,11 @@ Stock pipecat gathers a whole sentence before synthesis; on a long first sentenc
 most of a second of silence. This aggregator releases the first clause of each reply as
 soon as a comma, semicolon, colon or dash closes at least ``min_words`` words, then falls
 back to sentence boundaries so later audio keeps natural prosody.
+
+``min_words`` is 2: small models open most apologies with "I'm sorry," and the rest of that first
+sentence is another 8-15 tokens plus a longer synthesis while the LLM keeps the cores busy
+(200-500 ms from first token to first audio, bench/results/webrtc_latency_cpu_webrtc16_*). A lone
+interjection ("Sure,", "Well,") is still joined to what follows.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ MAX_FIRST_WORDS = 12
 class ClauseTextAggregator(SimpleTextAggregator):
     """Sentence aggregation whose first chunk per reply may end at a clause mark."""
 
-    def __init__(self, min_words: int = 4, later_min_words: int = 10, **kwargs):
+    def __init__(self, min_words: int = 2, later_min_words: int = 10, **kwargs):
         super().__init__(**kwargs)
         self._min_words = min_words
         # Later chunks are sentences, but a long sentence is cut at a clause mark once it holds

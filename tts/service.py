@@ -1,7 +1,8 @@
 """``CadenceTTSService``: a pipecat TTS service over any ``TTSEngine``.
 
 Text arrives clause-first (``ClauseTextAggregator``); each engine piece is pushed as soon as
-it is synthesized, resampled once to the pipeline's output rate.
+it is synthesized, resampled once to the pipeline's output rate. The first piece of each reply (or
+spoken prompt) loses the voice's leading near-silence (``tts.lead_trim``): it only delays the caller.
 
 An engine with ``synthesize_stream(text) -> AsyncIterator[bytes]`` (the batched GPU engines) is
 awaited on the event loop directly: no worker thread per caller, so hundreds of sessions do not
@@ -23,6 +24,7 @@ from pipecat.services.tts_service import TTSService
 
 from tts.clause_aggregator import ClauseTextAggregator
 from tts.engines import TTSEngine
+from tts.lead_trim import trim_leading_silence
 
 _DONE = object()
 
@@ -30,7 +32,7 @@ _DONE = object()
 class CadenceTTSService(TTSService):
     """Streams engine audio into the pipeline; the first clause is spoken early."""
 
-    def __init__(self, engine: TTSEngine, *, clause_min_words: int = 4, **kwargs):
+    def __init__(self, engine: TTSEngine, *, clause_min_words: int = 2, **kwargs):
         super().__init__(
             push_start_frame=True,
             push_stop_frames=True,
@@ -39,6 +41,7 @@ class CadenceTTSService(TTSService):
         )
         self._engine = engine
         self._text_aggregator = ClauseTextAggregator(min_words=clause_min_words)
+        self._untrimmed_context: str | None = None  # a reply whose first audio is still to come
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -53,11 +56,30 @@ class CadenceTTSService(TTSService):
                 return
             yield piece  # type: ignore[misc]
 
+    async def on_turn_context_created(self, context_id: str):
+        self._untrimmed_context = context_id
+        await super().on_turn_context_created(context_id)
+
+    async def _trim_first(self, pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """The reply's first audible piece without its leading quiet (quiet pieces before it dropped);
+        the rest unchanged."""
+        trimming = True
+        async with contextlib.aclosing(pieces):
+            async for piece in pieces:
+                if trimming:
+                    piece = trim_leading_silence(piece, self._engine.sample_rate)
+                    trimming = not piece
+                if piece:
+                    yield piece
+
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame, None]:
         try:
             await self.start_tts_usage_metrics(text)
             stream = getattr(self._engine, "synthesize_stream", None)
             source = stream(text) if stream is not None else self._pieces(iter(self._engine.synthesize(text)))
+            if context_id == self._untrimmed_context:
+                self._untrimmed_context = None
+                source = self._trim_first(source)
             async with contextlib.aclosing(source) as pieces, contextlib.aclosing(
                 self._stream_audio_frames_from_iterator(
                     pieces, in_sample_rate=self._engine.sample_rate, context_id=context_id
