@@ -12,6 +12,12 @@ transcripts read ``t17 t4051 ...``: the words are nonsense, the shapes and the w
 
     python bench/parakeet_checkpoint.py /tmp/parakeet-v3          # CUDA, v3-sized
     python bench/parakeet_checkpoint.py /tmp/parakeet-tiny --tiny  # CPU, toy-sized
+    python bench/parakeet_checkpoint.py /tmp/parakeet-v3 --calibrate-on .cascade/prompts.npz
+
+``--calibrate-on`` biases the emission on the prompts a capacity run plays (a ``write_ulaw_pack`` file, 8 kHz
+mu-law, upsampled to 16 kHz the way the phone line does) instead of random clips: calibrated on noise, the
+random model decoded nothing for many prompt segments, and a turn without transcript text waits for
+pipecat's 5 s stop timeout (run 29: 179 empty finals).
 """
 
 from __future__ import annotations
@@ -27,13 +33,38 @@ if __package__ in (None, ""):
 from asr.parakeet.random_v3 import write_random_checkpoint  # noqa: E402
 
 
+def prompt_audio(pack: Path) -> tuple:
+    """The pack's prompts as (16 kHz float32 (B, T) zero-padded, samples (B,)) torch tensors."""
+    import audioop
+
+    import numpy as np
+    import torch
+
+    from agent.capacity.corpus import read_ulaw_pack
+    from transports.phone.codec import PolyphaseUpsampler
+
+    rows = []
+    for _name, ulaw in read_ulaw_pack(pack):
+        pcm16k = PolyphaseUpsampler(2).process(audioop.ulaw2lin(ulaw, 2))
+        rows.append(np.frombuffer(pcm16k, dtype="<i2").astype(np.float32) / 32768.0)
+    if not rows:
+        raise SystemExit(f"{pack}: no prompts")
+    audio = np.zeros((len(rows), max(len(r) for r in rows)), dtype=np.float32)
+    for i, r in enumerate(rows):
+        audio[i, : len(r)] = r
+    return torch.from_numpy(audio), torch.tensor([len(r) for r in rows])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
     parser.add_argument("--tiny", action="store_true", help="toy size on the CPU (tests)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--calibrate-on", type=Path, default=None,
+                        help="a prompts pack (agent.capacity.corpus.write_ulaw_pack) to calibrate the emission on")
     args = parser.parse_args()
-    print(json.dumps(write_random_checkpoint(args.out, args.tiny, args.seed), default=str), flush=True)
+    audio = prompt_audio(args.calibrate_on) if args.calibrate_on is not None and not args.tiny else None
+    print(json.dumps(write_random_checkpoint(args.out, args.tiny, args.seed, audio), default=str), flush=True)
 
 
 if __name__ == "__main__":

@@ -201,12 +201,16 @@ def count_steps(decoder: Any, state: Any) -> tuple[int, int]:
 
 
 def calibrated_model(
-    target: float = 0.3, clips: int = 16, seconds: float = 30.0, seed: int = 0
+    target: float = 0.3, clips: int = 16, seconds: float = 30.0, seed: int = 0,
+    audio: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[Any, dict]:
     """The v3-sized random model with the joint biased so our decoder emits ``target`` tokens per frame.
 
     Durations are spread first (``calibrate_emission``), then the blank bias is bisected on
-    ``clips`` random clips encoded by the (uncompiled) FastConformer.
+    ``clips`` random clips encoded by the (uncompiled) FastConformer, or on ``audio`` = (16 kHz float
+    (B, T), samples per row (B,)) when given: the recorded prompts a benchmark plays, so the random model
+    emits on that speech (calibrated on noise it emitted nothing for many short prompt segments: run 29).
+    ``info["empty_rows"]`` counts calibration rows that still decode to no token.
     """
     from asr.parakeet.decoding.graph_decoder import GraphDecoder
     from asr.parakeet.decoding.label_looping import LabelLoopingDecoder
@@ -215,8 +219,14 @@ def calibrated_model(
     from asr.parakeet.gpu.log_mel import LogMel
 
     model = make_model(seed=seed)
-    audio = random_audio(clips, seconds, seed=seed + 100)
-    samples = torch.full((clips,), audio.shape[1], device=audio.device)
+    if audio is None:
+        audio = random_audio(clips, seconds, seed=seed + 100)
+        samples = torch.full((clips,), audio.shape[1], device=audio.device)
+        source = f"{clips} random clips of {seconds:g} s"
+    else:
+        audio, samples = audio[0].to("cuda"), audio[1].to("cuda")
+        clips = audio.shape[0]
+        source = f"{clips} given clips, {float(samples.sum()) / SAMPLE_RATE:.1f} s"
     with torch.inference_mode():
         feats, frames = LogMel().to(audio.device)(audio, samples)
         enc = FastConformer(model.encoder, model.encoder_projector).to_device(audio.device)(feats, frames)
@@ -224,6 +234,9 @@ def calibrated_model(
     enc_lengths = host_encoder_lengths(samples.cpu().numpy()).tolist()
     decoder = GraphDecoder(LabelLoopingDecoder.from_model(model, dtype=torch.bfloat16))
     info.update(tune_blank_bias(model, decoder, enc, enc_lengths, target=target))
+    results, _ = decoder.decode(enc, enc_lengths)
+    info["empty_rows"] = sum(1 for r in results if not r.tokens)
+    info["calibration_audio"] = source
     info["decoder_mode"] = decoder.mode.value if decoder.mode else None
     return model, info
 
@@ -239,7 +252,10 @@ def write_tokenizer(out: Path, vocab_size: int) -> None:
     tok.save(str(out / "tokenizer.json"))
 
 
-def write_random_checkpoint(out: Path, tiny: bool = False, seed: int = 0) -> dict:
+def write_random_checkpoint(out: Path, tiny: bool = False, seed: int = 0,
+                            audio: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
+    """A random-weight checkpoint folder; ``audio`` (16 kHz float (B, T), samples (B,)) calibrates the v3-sized
+    model's emission on that speech instead of random clips (ignored with ``tiny``)."""
 
     from asr.parakeet.features import FeatureConfig
 
@@ -251,7 +267,7 @@ def write_random_checkpoint(out: Path, tiny: bool = False, seed: int = 0) -> dic
     else:
         if not torch.cuda.is_available():
             raise SystemExit("the v3-sized checkpoint is calibrated on CUDA; use --tiny on the CPU")
-        model, info = calibrated_model(target=0.3, clips=8, seconds=10.0, seed=seed)
+        model, info = calibrated_model(target=0.3, clips=8, seconds=10.0, seed=seed, audio=audio)
         info = {"recipe": "asr.parakeet.random_v3.calibrated_model (v3-sized)", **info}
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
