@@ -83,6 +83,13 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"n": len(s), "p50": round(statistics.median(s), 1), "max": round(s[-1], 1), "min": round(s[0], 1)}
 
 
+def rss_mb(pid: int | None) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
 def start_server(model: Path, cache_mb: int, threads: int, log: Path) -> ManagedLLMServer:
     port = free_port()
     cmd = llama_cpp_command(model, port, threads, 2048)
@@ -106,6 +113,7 @@ def run_scenario(model: Path, cache_mb: int, scenario: str, requests: int, threa
                 for mb in ((0, cache_mb) if i % 2 == 0 else (cache_mb, 0)):
                     s = servers[mb]
                     times[mb].append(timed_request(s.base_url, s.model_id, messages(scenario, i, system), max_tokens))
+            rss = {mb: rss_mb(s.pid) for mb, s in servers.items()}
         finally:
             for s in servers.values():
                 s.stop()
@@ -114,7 +122,7 @@ def run_scenario(model: Path, cache_mb: int, scenario: str, requests: int, threa
             ttft, total = [t for t, _ in times[mb]], [t for _, t in times[mb]]
             evals = [(float(ms), int(n)) for ms, n in PROMPT_EVAL.findall(logs[mb].read_text(errors="replace"))][1:]
             rows.append({"cache_mb": mb, "scenario": scenario, "ttft_ms": [round(v, 1) for v in ttft],
-                         "total_ms": [round(v, 1) for v in total],
+                         "total_ms": [round(v, 1) for v in total], "server_rss_mb_after": rss[mb],
                          "ttft": summary(ttft[1:]),  # the first request follows the warm-up's different prompt
                          "total": summary(total[1:]),
                          "prompt_tokens_evaluated": [n for _, n in evals], "prompt_eval_ms": [ms for ms, _ in evals],
@@ -143,7 +151,7 @@ def main() -> None:
             rows.append(row)
             cache_mb = row["cache_mb"]
             print(f"{scenario:20s} cache={cache_mb:4d} MB  TTFT p50 {row['ttft']['p50']:7.1f} max "
-                  f"{row['ttft']['max']:7.1f} ms  request p50 {row['total']['p50']:6.1f} ms  evaluated {row['prompt_tokens_evaluated']}", flush=True)
+                  f"{row['ttft']['max']:7.1f} ms  request p50 {row['total']['p50']:6.1f} ms  RSS {row['server_rss_mb_after']:6.1f} MB  evaluated {row['prompt_tokens_evaluated']}", flush=True)
     print("\nscenario              TTFT p50/max ms   off      |  cache")
     for off, on in zip(rows[::2], rows[1::2], strict=True):
         print(f"{off['scenario']:20s}  {off['ttft']['p50']:7.1f} / {off['ttft']['max']:7.1f}  |  "
