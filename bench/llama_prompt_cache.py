@@ -16,6 +16,7 @@ falls there) and the prompt tokens the server evaluated (from its verbose log, `
 work on the cores falls on both alike.
 
     python bench/llama_prompt_cache.py --requests 12 --out bench/results/llama_prompt_cache_cpu.json
+    python bench/llama_prompt_cache.py --scenarios repeat --busy-cores 1 --threads 1
 """
 
 from __future__ import annotations
@@ -90,21 +91,23 @@ def rss_mb(pid: int | None) -> float:
     return float("nan")
 
 
-def start_server(model: Path, cache_mb: int, threads: int, log: Path) -> ManagedLLMServer:
+def start_server(model: Path, cache_mb: int, threads: int, log: Path, threads_batch: int = 0) -> ManagedLLMServer:
     port = free_port()
     cmd = llama_cpp_command(model, port, threads, 2048)
+    if threads_batch:  # prompt evaluation's threads; llama_cpp.server's default is every core
+        cmd += ["--n_threads_batch", str(threads_batch)]
     if cache_mb:
         cmd += ["--cache", "true", "--cache_type", "ram", "--cache_size", str(cache_mb << 20)]
     return ManagedLLMServer(cmd, port, 60.0, log).start()
 
 
 def run_scenario(model: Path, cache_mb: int, scenario: str, requests: int, threads: int, max_tokens: int,
-                 system: str) -> list[dict[str, Any]]:
+                 system: str, threads_batch: int = 0) -> list[dict[str, Any]]:
     """One server without and one with the cache, up together, requests interleaved (alternating which goes
     first) so that other work on the cores falls on both alike."""
     with tempfile.TemporaryDirectory() as tmp:
         logs = {mb: Path(tmp) / f"server{mb}.log" for mb in (0, cache_mb)}
-        servers = {mb: start_server(model, mb, threads, logs[mb]) for mb in (0, cache_mb)}
+        servers = {mb: start_server(model, mb, threads, logs[mb], threads_batch) for mb in (0, cache_mb)}
         times: dict[int, list[tuple[float, float]]] = {0: [], cache_mb: []}
         try:
             for s in servers.values():
@@ -135,9 +138,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=12)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads-batch", type=int, default=0, help="--n_threads_batch (0: the server's default, all cores)")
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--cache-mb", type=int, default=64, help="prompt cache size for the cached server")
     ap.add_argument("--scenarios", default="repeat,alternate_systems,alternate_contexts")
+    ap.add_argument("--busy-cores", type=int, default=0,
+                    help="busy-loop processes kept spinning during the run (CPU contention)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     if args.requests < 2 or args.cache_mb < 1:
@@ -145,13 +151,22 @@ def main() -> None:
     model, system = smollm2_gguf(), LLMConfig().system_prompt
     t0 = time.time()
     load_before = os.getloadavg()
-    rows = []
-    for scenario in args.scenarios.split(","):
-        for row in run_scenario(model, args.cache_mb, scenario, args.requests, args.threads, args.max_tokens, system):
-            rows.append(row)
-            cache_mb = row["cache_mb"]
-            print(f"{scenario:20s} cache={cache_mb:4d} MB  TTFT p50 {row['ttft']['p50']:7.1f} max "
-                  f"{row['ttft']['max']:7.1f} ms  request p50 {row['total']['p50']:6.1f} ms  RSS {row['server_rss_mb_after']:6.1f} MB  evaluated {row['prompt_tokens_evaluated']}", flush=True)
+    spin = "import os\np = os.getppid()\nwhile os.getppid() == p: pass"  # ends with this process
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(args.busy_cores)]
+    rows: list[dict[str, Any]] = []
+    try:
+        for scenario in args.scenarios.split(","):
+            for row in run_scenario(model, args.cache_mb, scenario, args.requests, args.threads, args.max_tokens,
+                                    system, args.threads_batch):
+                rows.append(row)
+                print(f"{scenario:20s} cache={row['cache_mb']:4d} MB  TTFT p50 {row['ttft']['p50']:7.1f} max "
+                      f"{row['ttft']['max']:7.1f} ms  request p50 {row['total']['p50']:6.1f} ms  "
+                      f"RSS {row['server_rss_mb_after']:6.1f} MB  evaluated {row['prompt_tokens_evaluated']}",
+                      flush=True)
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
     print("\nscenario              TTFT p50/max ms   off      |  cache")
     for off, on in zip(rows[::2], rows[1::2], strict=True):
         print(f"{off['scenario']:20s}  {off['ttft']['p50']:7.1f} / {off['ttft']['max']:7.1f}  |  "
@@ -160,8 +175,9 @@ def main() -> None:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         result = {"command": "python " + " ".join(sys.argv), "commit": commit,
                   "machine": f"{platform.machine()} cores={os.cpu_count()}",
-                  "conditions": {"model": model.name, "threads": args.threads, "max_tokens": args.max_tokens,
-                                 "requests_per_case": args.requests, "clock": "POST -> first streamed content token",
+                  "conditions": {"model": model.name, "threads": args.threads, "threads_batch": args.threads_batch or "server default (cpu_count)", "max_tokens": args.max_tokens,
+                                 "requests_per_case": args.requests,
+                                 "busy_loop_processes": args.busy_cores, "clock": "POST -> first streamed content token",
                                  "load_average_before": [round(v, 2) for v in load_before],
                                  "load_average_after": [round(v, 2) for v in os.getloadavg()],
                                  "shared_cores": "the 2 cores were shared with other work"},
