@@ -105,7 +105,8 @@ class LLMConfig:
     max_tokens: int = 64
     temperature: float = 0.3
     # llama.cpp threads. Measured on the 2-core box: 2 threads give ~90 ms to first token and
-    # ~90 tok/s; 1 thread ~60 tok/s and multi-second first tokens on a cold prefix.
+    # ~90 tok/s; 1 thread ~60 tok/s and multi-second first tokens on a cold prefix. Also prompt
+    # evaluation's threads (--n_threads_batch; before, always every core).
     threads: int = 2
     # llama.cpp --n_ctx; vLLM --max-model-len; also the window each call's context is trimmed to fit
     context_size: int = 2048

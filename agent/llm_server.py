@@ -75,7 +75,11 @@ def pinned_env(device: int, environ: Mapping[str, str] | None = None) -> dict[st
 
 def llama_cpp_command(model: Path, port: int, threads: int, context_size: int, api_key: str = "") -> list[str]:
     """``llama_cpp.server`` through ``agent.llama_serve``, for tool calls (``cadence-chatml-tools``;
-    plain ChatML for requests without tools)."""
+    plain ChatML for requests without tools).
+
+    ``threads`` also sets prompt evaluation's threads (``--n_threads_batch``; the server's default is
+    every core): with one of 2 cores busy elsewhere, a 9-token prompt took 6.3 s with 1 decode thread
+    and 2 batch threads, 0.16 s with 1 and 1 (bench/llama_prompt_cache.py --busy-cores 1)."""
     from agent.llama_tools_format import FORMAT
 
     return [
@@ -85,6 +89,7 @@ def llama_cpp_command(model: Path, port: int, threads: int, context_size: int, a
         "--host", "127.0.0.1",
         "--port", str(port),
         "--n_threads", str(threads),
+        "--n_threads_batch", str(threads),
         "--n_ctx", str(context_size),
         "--model_alias", model.stem,
         *(["--api_key", api_key] if api_key else []),

@@ -47,3 +47,12 @@ def test_a_server_that_dies_at_start_is_reported():
 def test_health_check_times_out_clearly():
     with pytest.raises(LLMServerError, match="not healthy"):
         wait_healthy("http://127.0.0.1:9/v1", timeout_s=0.5)
+
+
+def test_llama_command_uses_llm_threads_for_prompt_evaluation_too(tmp_path):
+    """llama_cpp.server evaluates prompts on every core unless told: llm.threads must bound both."""
+    from agent.llm_server import llama_cpp_command
+
+    cmd = llama_cpp_command(tmp_path / "m.gguf", 8123, 1, 2048)
+    assert cmd[cmd.index("--n_threads") + 1] == "1"
+    assert cmd[cmd.index("--n_threads_batch") + 1] == "1"
