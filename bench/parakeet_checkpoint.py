@@ -35,24 +35,12 @@ from asr.parakeet.random_v3 import write_random_checkpoint  # noqa: E402
 
 def prompt_audio(pack: Path) -> tuple:
     """The pack's prompts as (16 kHz float32 (B, T) zero-padded, samples (B,)) torch tensors."""
-    import audioop
-
-    import numpy as np
     import torch
 
-    from agent.capacity.corpus import read_ulaw_pack
-    from transports.phone.codec import PolyphaseUpsampler
+    from agent.capacity.corpus import pack_audio_16k
 
-    rows = []
-    for _name, ulaw in read_ulaw_pack(pack):
-        pcm16k = PolyphaseUpsampler(2).process(audioop.ulaw2lin(ulaw, 2))
-        rows.append(np.frombuffer(pcm16k, dtype="<i2").astype(np.float32) / 32768.0)
-    if not rows:
-        raise SystemExit(f"{pack}: no prompts")
-    audio = np.zeros((len(rows), max(len(r) for r in rows)), dtype=np.float32)
-    for i, r in enumerate(rows):
-        audio[i, : len(r)] = r
-    return torch.from_numpy(audio), torch.tensor([len(r) for r in rows])
+    audio, samples = pack_audio_16k(pack)
+    return torch.from_numpy(audio), torch.from_numpy(samples)
 
 
 def main() -> None:

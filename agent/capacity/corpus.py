@@ -143,6 +143,25 @@ def read_ulaw_pack(path: Path) -> list[tuple[str, bytes]]:
     return [(str(n), ulaw[offsets[i]:offsets[i + 1]]) for i, n in enumerate(data["names"])]
 
 
+def pack_audio_16k(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A pack's prompts as the phone line hands them to the ASR: mu-law decoded, upsampled to 16 kHz by the
+    line's own polyphase upsampler; (float32 (B, T) zero-padded, samples per row (B,))."""
+    import audioop
+
+    from transports.phone.codec import PolyphaseUpsampler
+
+    rows = []
+    for _name, ulaw in read_ulaw_pack(path):
+        pcm16k = PolyphaseUpsampler(2).process(audioop.ulaw2lin(ulaw, 2))
+        rows.append(np.frombuffer(pcm16k, dtype="<i2").astype(np.float32) / 32768.0)
+    if not rows:
+        raise ValueError(f"{path}: no prompts in the pack")
+    audio = np.zeros((len(rows), max(len(r) for r in rows)), dtype=np.float32)
+    for i, r in enumerate(rows):
+        audio[i, : len(r)] = r
+    return audio, np.array([len(r) for r in rows], dtype=np.int64)
+
+
 def phone_prompts(pack: Path | None = None, cache_dir: Path | None = None, limit: int | None = None) -> list:
     """Distinct prompts for phone callers: a ``write_ulaw_pack`` file, else the recorded Asterisk prompts
     and the synthetic questions (interleaved, as ``load_corpus``)."""
