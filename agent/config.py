@@ -85,6 +85,9 @@ class VADConfig:
     # Interrupt the bot on the caller's raw voice onset (60 ms over the noise floor) instead of
     # waiting for the turn VAD: ~100 ms barge-in instead of ~300 ms.
     fast_barge_in: bool = True
+    # Score the Silero windows of every caller of a process in one ONNX run (agent/vad_batcher.py)
+    # instead of one run and one executor hop per caller per window.
+    batch_windows: bool = True
 
 
 @dataclass

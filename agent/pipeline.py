@@ -49,6 +49,7 @@ from agent.speculative_turn import (
 )
 from agent.tool_calls import ToolCallStyle, register_tools
 from agent.transcripts import CallTranscript
+from agent.vad_batcher import BatchedSileroVADAnalyzer
 from tts.engines import TTSEngine, create_engine
 from tts.service import CadenceTTSService
 
@@ -177,12 +178,17 @@ class Engines:
 
 
 def make_vad(config: Config) -> SileroVADAnalyzer:
-    """Silero VAD on the process's shared ONNX session (a caller's connect costs no model load)."""
+    """Silero VAD on the process's shared ONNX session (a caller's connect costs no model load).
+
+    With ``vad.batch_windows`` the windows of all the process's callers are scored together
+    (``agent.vad_batcher``).
+    """
     v = config.vad
-    return SharedSileroVADAnalyzer(
-        params=VADParams(confidence=v.confidence, start_secs=v.start_secs, stop_secs=v.stop_secs,
-                         min_volume=v.min_volume)
-    )
+    params = VADParams(confidence=v.confidence, start_secs=v.start_secs, stop_secs=v.stop_secs,
+                       min_volume=v.min_volume)
+    if v.batch_windows:
+        return BatchedSileroVADAnalyzer(params=params)
+    return SharedSileroVADAnalyzer(params=params)
 
 
 def make_turn_strategies(config: Config, speculation_stats: SpeculationStats | None = None) -> UserTurnStrategies:

@@ -19,7 +19,7 @@
 # $OUT gets at most 7 files: capacity.json, capacity.png, cadence-capacity.toml, llm_alone.json,
 # summary.txt, logs.tar.gz (every log), and nvidia-smi.csv.
 # Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS
-# ENGINE_PROCESS KOKORO_COMPILE KOKORO_DTYPE CALIBRATE MPS.
+# ENGINE_PROCESS KOKORO_COMPILE KOKORO_DTYPE CALIBRATE MPS STT_TEST KOKORO_TEST.
 # KOKORO_COMPILE=1 sets tts.kokoro_compile = true (the decoder's fused AdaIN/Snake steps through torch.compile);
 # KOKORO_DTYPE sets tts.kokoro_dtype (gpu.toml: bfloat16). KOKORO_GRAPHS=0 turns gpu.toml's
 # tts.kokoro_cuda_graphs off (the eager decoder of runs 17-25).
@@ -137,6 +137,13 @@ else
   echo "skipped (STT_TEST=0)" > "$LOGS/pytest_stt_cuda.log"; true &
 fi
 STT_TEST=$!
+# KOKORO_TEST=1: tests/gpu/test_kokoro_cuda.py (graphs == eager per item, the engine with graphs streams) beside it
+if [ "${KOKORO_TEST:-0}" = 1 ]; then
+  timeout 200 "$PY" -m pytest -q -rs -p no:cacheprovider tests/gpu/test_kokoro_cuda.py > "$LOGS/pytest_kokoro_cuda.log" 2>&1 &
+else
+  echo "skipped (KOKORO_TEST=0)" > "$LOGS/pytest_kokoro_cuda.log"; true &
+fi
+KOKORO_TEST_PID=$!
 timeout 200 "$PY" bench/llm_checkpoint.py /tmp/cadence/llm --shape "$SHAPE" "${TINY[@]}" > "$LOGS/llm_checkpoint.log" 2>&1 &
 LLM_BUILD=$!
 # the random Parakeet's emission calibrated on the prompts the callers play (CALIBRATE=0: on random clips, as
@@ -156,6 +163,9 @@ say "parakeet checkpoint rc=$PK_RC: $(tail -1 "$LOGS/parakeet_checkpoint.log" | 
   | grep -oE '"(tokens_per_frame|empty_rows|calibration_audio)": ("[^"]*"|[0-9.]+)' | tr '\n' ' ')"
 wait $STT_TEST
 say "Parakeet STT service on CUDA under pipecat (tests/gpu/test_parakeet_stt_cuda.py): $(tail -1 "$LOGS/pytest_stt_cuda.log")"
+wait $KOKORO_TEST_PID
+say "Kokoro on CUDA (tests/gpu/test_kokoro_cuda.py): $(tail -1 "$LOGS/pytest_kokoro_cuda.log")"
+grep -E "^FAILED|Error" "$LOGS/pytest_kokoro_cuda.log" | cut -c1-300 | head -5 | tee -a "$OUT/summary.txt"
 [ $LLM_RC -eq 0 ] && [ $PK_RC -eq 0 ] || { tail -30 "$LOGS/llm_checkpoint.log" "$LOGS/parakeet_checkpoint.log"; exit 1; }
 
 # 3. the LLM alone (LLM_LEVELS= empty skips it) ---------------------------------------------------

@@ -9,6 +9,8 @@ Names (all prefixed ``cadence_``):
 - ``sessions_active``, ``sessions_waiting``, ``sessions_capacity``, ``ready``,
   ``admissions_total``, ``refusals_total{reason}``;
 - ``gpu_memory_share_bytes{stage}``, ``gpu_memory_measured_bytes{stage}`` (GPU configurations);
+- ``vad_windows_total``, ``vad_runs_total``: Silero windows scored and the batched ONNX runs that scored
+  them (``agent.vad_batcher``; windows / runs is the mean batch);
 - ``gc_frozen_objects``, ``event_loop_info{loop}``.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -51,6 +54,7 @@ class CadenceCollector(Collector):
             yield from self._gpu_memory(self.gpu_memory())
         yield GaugeMetricFamily("cadence_gc_frozen_objects", "objects moved out of GC by gc.freeze()",
                                 value=gc.get_freeze_count())
+        yield from _vad_batches()
         info = GaugeMetricFamily("cadence_event_loop_info", "the running event loop", labels=["loop"])
         info.add_metric([_loop_name()], 1)
         yield info
@@ -122,6 +126,16 @@ class CadenceCollector(Collector):
         for kind in ("queue_full", "queue_timeout", "overloaded"):
             refusals.add_metric([kind], gate.stats.refused.get(kind, 0))
         yield refusals
+
+
+def _vad_batches() -> Iterator[Metric]:
+    """The batched Silero VAD's totals, where this process has loaded it (never imports it)."""
+    module = sys.modules.get("agent.vad_batcher")
+    if module is None:
+        return
+    windows, runs = module.totals()
+    yield CounterMetricFamily("cadence_vad_windows", "Silero VAD windows scored", value=windows)
+    yield CounterMetricFamily("cadence_vad_runs", "batched Silero ONNX runs", value=runs)
 
 
 def _loop_name() -> str:
