@@ -60,6 +60,10 @@ class ServerConfig:
     # gpu.asr_fraction), whole. false: each session process loads its own, as before.
     engine_process: bool = False
     engine_socket: str = ""  # set by the parent: a session process connects here instead of loading the TTS
+    # With engine_process and asr.engine = "parakeet": streaming Parakeet in an engine process of its own
+    # (its share gpu.asr_fraction), beside the TTS's, so the two batchers do not share one interpreter.
+    asr_engine_process: bool = False
+    asr_engine_socket: str = ""  # set by the parent: the ASR engine process's socket
     engine_log: str = ""  # the engine process's output (empty: this process's stderr)
     engine_report_s: float = 0.0  # the engine logs its CPU share, loop lag and batcher load this often (0: never)
 

@@ -33,9 +33,15 @@ class EngineProcessError(RuntimeError):
     """The engine process could not be started or did not become ready."""
 
 
-def engine_spec(config: Config) -> dict[str, Any]:
+def engine_spec(config: Config, hosts: tuple[str, ...] = ("tts", "asr")) -> dict[str, Any]:
     """What the engine process builds: the ``[tts]`` section (a Piper voice resolved here: the engine
-    process does not import ``agent``) and, with ``asr.engine = "parakeet"``, the ``[asr]`` section."""
+    process does not import ``agent``) and, with ``asr.engine = "parakeet"``, the ``[asr]`` section; only the
+    stages in ``hosts``."""
+    spec: dict[str, Any] = {}
+    if "asr" in hosts and config.asr.engine == "parakeet":
+        spec["asr"] = dataclasses.asdict(config.asr)
+    if "tts" not in hosts:
+        return spec
     tts = dataclasses.asdict(config.tts)
     if tts["engine"] in ("auto", "piper") and not tts["voice"]:
         from agent.models import piper_voice
@@ -45,9 +51,7 @@ def engine_spec(config: Config) -> dict[str, Any]:
         except FileNotFoundError:
             if tts["engine"] == "piper":
                 raise
-    spec: dict[str, Any] = {"tts": tts}
-    if config.asr.engine == "parakeet":
-        spec["asr"] = dataclasses.asdict(config.asr)
+    spec["tts"] = tts
     return spec
 
 
@@ -75,13 +79,19 @@ class ManagedEngineProcess(SupervisedChild):
     _stopping: bool = field(default=False, init=False)
 
     @classmethod
-    def for_config(cls, config: Config, memory_fraction: float = 0.0) -> ManagedEngineProcess:
+    def for_config(cls, config: Config, memory_fraction: float = 0.0,
+                   hosts: tuple[str, ...] = ("tts", "asr")) -> ManagedEngineProcess:
+        """The engine process for ``hosts`` of ``config``; an ASR-only one logs to ``engine_log`` + ``-asr``."""
         from agent.runtime import switch_interval_ms
 
         log = Path(config.server.engine_log) if config.server.engine_log else None
+        if log is not None and "tts" not in hosts:
+            log = log.with_name(f"{log.stem}-asr{log.suffix}")
         interval = switch_interval_ms(config.runtime.gil_switch_interval_ms, config.asr.engine, config.asr.device)
-        return cls(engine_spec(config), log_path=log, memory_fraction=memory_fraction, device=config.gpu.device,
-                   switch_interval_ms=interval or 0.0, report_s=config.server.engine_report_s)
+        kind = cls if "tts" in hosts else ManagedASREngineProcess
+        return kind(engine_spec(config, hosts), log_path=log, memory_fraction=memory_fraction,
+                    device=config.gpu.device, switch_interval_ms=interval or 0.0,
+                    report_s=config.server.engine_report_s)
 
     @property
     def socket_path(self) -> str:
@@ -133,3 +143,10 @@ class ManagedEngineProcess(SupervisedChild):
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = ""
+
+
+@dataclass
+class ManagedASREngineProcess(ManagedEngineProcess):
+    """An engine process hosting streaming Parakeet alone (``server.asr_engine_process``)."""
+
+    child_label: ClassVar[str] = "ASR engine process"

@@ -104,6 +104,10 @@ class Engines:
                                              sample_rate=int(info["sample_rate"]))
         else:
             tts = create_engine(config.tts, piper_voice)
+        if config.server.asr_engine_socket:  # streaming Parakeet in an engine process of its own
+            from tts.remote.client import hello
+
+            info = {**(info or {}), "asr": hello(config.server.asr_engine_socket)["asr"]}
         engines = cls(config, llm_base_url, llm_model, tts, info)
         engines.warm_tts()
         return engines
@@ -167,7 +171,8 @@ class Engines:
 
             assert self.engine_info is not None
             remote = self.engine_info["asr"]
-            return ParakeetSTTService(RemoteStreamBatcher(self.config.server.engine_socket, remote["sample_rate"]),
+            socket = self.config.server.asr_engine_socket or self.config.server.engine_socket
+            return ParakeetSTTService(RemoteStreamBatcher(socket, remote["sample_rate"]),
                                       model_name=remote["model"], language=asr.language,
                                       ttfs_p99_latency=asr.ttfs_p99_s)
         if asr.engine == "parakeet":

@@ -57,12 +57,19 @@ def install_stop_signals(loop: asyncio.AbstractEventLoop, on_signal: Callable[[s
             handled.append(sig)
     return handled
 
+def engine_label(proc: Any) -> str:
+    """How /ready and the logs name an engine process: the TTS one (hosting ASR too, or not), or the ASR one."""
+    label = proc.child_label
+    return "TTS engine process" if label == "engine process" else label
+
+
 @dataclass
 class CadenceServer:
     config: Config
     engines: Engines | None = None
     llm_server: ManagedLLMServer | None = None
     engine_proc: Any = None  # agent.engine_process.ManagedEngineProcess with server.engine_process
+    asr_engine_proc: Any = None  # its ASR-only sibling with server.asr_engine_process
     gate: AdmissionGate | None = None
     signalling: Any = None  # transports.webrtc.WebRTCSignalling when aiortc is installed
     observer_factories: list[Callable[[str], Any]] = field(default_factory=list)
@@ -129,18 +136,35 @@ class CadenceServer:
         if not cfg.server.engine_process or cfg.server.engine_socket:
             return
         plan = self.memory_plan
-        hosted = ["tts", *(["asr"] if cfg.asr.engine == "parakeet" else [])]
+        split = cfg.server.asr_engine_process and cfg.asr.engine == "parakeet"
+        hosted = ["tts", *(["asr"] if cfg.asr.engine == "parakeet" and not split else [])]
         fraction = sum(plan.share(c).fraction for c in hosted) if plan is not None else 0.0
-        self.engine_proc = ManagedEngineProcess.for_config(cfg, fraction)
-        await self.engine_proc.astart()
+        self.engine_proc = ManagedEngineProcess.for_config(cfg, fraction, tuple(hosted))
+        starts = [self.engine_proc.astart()]
+        if split:
+            asr_fraction = plan.share("asr").fraction if plan is not None else 0.0
+            self.asr_engine_proc = ManagedEngineProcess.for_config(cfg, asr_fraction, ("asr",))
+            starts.append(self.asr_engine_proc.astart())
+        results = await asyncio.gather(*starts, return_exceptions=True)  # both load at once
+        for result in results:
+            if isinstance(result, BaseException):
+                self.stop_children()
+                raise result
         cfg.server.engine_socket = self.engine_proc.socket_path
+        if self.asr_engine_proc is not None:
+            cfg.server.asr_engine_socket = self.asr_engine_proc.socket_path
+
+    @property
+    def engine_procs(self) -> list[Any]:
+        """The engine processes this server started (TTS and ASR, or one hosting both)."""
+        return [p for p in (self.engine_proc, self.asr_engine_proc) if p is not None]
 
     def stop_children(self) -> None:
         """The LLM server and the engine process, if Cadence started them."""
         if self.llm_server is not None:
             self.llm_server.stop()
-        if self.engine_proc is not None:
-            self.engine_proc.stop()
+        for proc in self.engine_procs:
+            proc.stop()
 
     async def start_engines(self) -> None:
         """``start_llm`` -> engines, each in-process model's peak measured while it loads and warms ->
@@ -164,7 +188,8 @@ class CadenceServer:
                 peaks.peaks.pop("tts", None)
                 if self.engines.remote_asr:
                     peaks.peaks.pop("asr", None)
-                peaks.peaks.update(self.engine_proc.peaks)
+                for proc in self.engine_procs:
+                    peaks.peaks.update(proc.peaks)
             self.engines.bot = self.bot
             if self.bot is not None and self.bot.tools:  # the prompt with the tool list, cached too
                 await asyncio.to_thread(self.engines.warm_llm)
@@ -339,8 +364,9 @@ class CadenceServer:
             body = {"ready": False, "reason": "the LLM server is down (restarting)", "active": self.gate.active,
                     "capacity": self.gate.capacity}
             return web.json_response(body, status=503)
-        if self.engine_proc is not None and not self.engine_proc.up:
-            body = {"ready": False, "reason": "the TTS engine process is down (restarting)",
+        down = next((p for p in self.engine_procs if not p.up), None)
+        if down is not None:
+            body = {"ready": False, "reason": f"the {engine_label(down)} is down (restarting)",
                     "active": self.gate.active, "capacity": self.gate.capacity}
             return web.json_response(body, status=503)
         ok, reason = self.gate.ready()
@@ -365,8 +391,8 @@ class CadenceServer:
             await self.start_engines()
             if self.llm_server is not None:
                 supervisors.append(asyncio.create_task(self.llm_server.supervise(), name="llm-supervisor"))
-            if self.engine_proc is not None:
-                supervisors.append(asyncio.create_task(self.engine_proc.supervise(), name="engine-supervisor"))
+            for proc in self.engine_procs:
+                supervisors.append(asyncio.create_task(proc.supervise(), name=f"{engine_label(proc)} supervisor"))
             app = self.make_app()
             runner = web.AppRunner(app, shutdown_timeout=cfg.server.shutdown_timeout_s)
             runners.append(runner)

@@ -43,7 +43,7 @@ from loguru import logger
 
 from agent.config import Config
 from agent.llm_server import free_port
-from agent.serve import CadenceServer, install_stop_signals
+from agent.serve import CadenceServer, engine_label, install_stop_signals
 from agent.supervised_child import spawn_child, stop_child
 
 WORKER_ENV = "CADENCE_WORKER_SET"  # JSON list of "section.key=value" overrides, applied last
@@ -55,12 +55,14 @@ def split_budget(total: int, workers: int) -> int:
 
 
 def worker_overrides(cfg: Config, workers: int, base_url: str, model: str, probe_port: int,
-                     engine_socket: str = "") -> list[str]:
+                     engine_socket: str = "", asr_engine_socket: str = "") -> list[str]:
     """The ``--set`` values that make one worker of ``workers`` out of the parent's config; with an engine
     process (``engine_socket``) the workers connect to it and hold no TTS share of their own."""
     tts_fraction = 0.0 if engine_socket else cfg.gpu.tts_fraction / workers
     asr_fraction = 0.0 if engine_socket and cfg.asr.engine == "parakeet" else cfg.gpu.asr_fraction / workers
     engine = [f"server.engine_socket={engine_socket}"] if engine_socket else []
+    if asr_engine_socket:
+        engine.append(f"server.asr_engine_socket={asr_engine_socket}")
     return [*engine,
         f"llm.base_url={base_url}", f"llm.model={model}", f"llm.api_key={cfg.llm.api_key}",
         "server.workers=1", f"server.metrics_listen=127.0.0.1:{probe_port}",
@@ -211,12 +213,12 @@ class WorkerPool:
         active = sum((b or {}).get("active", 0) for b in bodies)
         capacity = sum((b or {}).get("capacity", 0) for b in bodies)
         llm = self.front.llm_server if self.front is not None else None
-        engine = self.front.engine_proc if self.front is not None else None
+        down = next((p for p in self.front.engine_procs if not p.up), None) if self.front is not None else None
         reason = ""
         if llm is not None and not llm.up:
             reason = "the LLM server is down (restarting)"
-        elif engine is not None and not engine.up:
-            reason = "the TTS engine process is down (restarting)"
+        elif down is not None:
+            reason = f"the {engine_label(down)} is down (restarting)"
         else:
             for w, r, b in zip(self.workers, answers, bodies, strict=True):
                 if r is None or r.status_code != 200:
@@ -273,12 +275,12 @@ class WorkerPool:
             if llm is not None:
                 tasks.append(asyncio.create_task(llm.supervise(), name="llm-supervisor"))
             await self.front.start_engine_process()  # before the workers: they connect to it
-            if self.front.engine_proc is not None:
-                tasks.append(asyncio.create_task(self.front.engine_proc.supervise(), name="engine-supervisor"))
+            for proc in self.front.engine_procs:
+                tasks.append(asyncio.create_task(proc.supervise(), name=f"{engine_label(proc)} supervisor"))
             sock = self._reserve_port()
             self.workers = [Worker(i, free_port()) for i in range(self.n)]
             self._overrides = {w.index: worker_overrides(cfg, self.n, base_url, model, w.probe_port,
-                                                         cfg.server.engine_socket)
+                                                         cfg.server.engine_socket, cfg.server.asr_engine_socket)
                                for w in self.workers}
             self._env = dict(os.environ, HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"))
             # N workers each with one intra-op thread per core would oversubscribe the cores N times.

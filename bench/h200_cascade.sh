@@ -19,7 +19,9 @@
 # $OUT gets at most 7 files: capacity.json, capacity.png, cadence-capacity.toml, llm_alone.json,
 # summary.txt, logs.tar.gz (every log), and nvidia-smi.csv.
 # Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS
-# ENGINE_PROCESS KOKORO_COMPILE KOKORO_DTYPE CALIBRATE MPS STT_TEST KOKORO_TEST.
+# ENGINE_PROCESS ASR_ENGINE_PROCESS KOKORO_COMPILE KOKORO_DTYPE CALIBRATE MPS STT_TEST KOKORO_TEST.
+# ASR_ENGINE_PROCESS=0 keeps streaming Parakeet in the TTS's engine process (runs 25-30; gpu.toml now gives it
+# one of its own, engine-asr.log).
 # KOKORO_COMPILE=1 sets tts.kokoro_compile = true (the decoder's fused AdaIN/Snake steps through torch.compile);
 # KOKORO_DTYPE sets tts.kokoro_dtype (gpu.toml: bfloat16). KOKORO_GRAPHS=0 turns gpu.toml's
 # tts.kokoro_cuda_graphs off (the eager decoder of runs 17-25).
@@ -189,6 +191,7 @@ if [ "$WORKERS" -gt 1 ]; then
 fi
 if [ "${ENGINE_PROCESS:-1}" = 1 ]; then
   SETS+=(--set server.engine_process=true --set "server.engine_log=$LOGS/engine.log" --set server.engine_report_s=5)
+  [ "${ASR_ENGINE_PROCESS:-1}" = 0 ] && SETS+=(--set server.asr_engine_process=false)
 else
   SETS+=(--set server.engine_process=false)
 fi

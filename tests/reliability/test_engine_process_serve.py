@@ -93,3 +93,57 @@ def test_workers_share_one_engine_process_and_ready_follows_it():
         assert srv["proc"].wait(30) == 0
     gone, alive = psutil.wait_procs(children, timeout=5)
     assert not alive, f"children outlived cadence serve --workers 2: {[c.pid for c in alive]}"
+
+
+def test_asr_engine_process_of_its_own_transcribes_and_ready_follows_it():
+    """``server.asr_engine_process``: streaming Parakeet in a second engine process; a caller's speech is
+    transcribed there (its batcher ticks), /ready follows it, and SIGTERM leaves no child behind."""
+    import httpx
+
+    from agent.config import Config
+    from agent.workers import worker_overrides
+    from testkit.phone_prompts import pcm8k
+    from transports.engine_link import Connection
+    from transports.phone.loopback_caller import LoopbackCaller
+
+    cfg = Config()
+    cfg.asr.engine = "parakeet"
+    own = dict(s.split("=", 1) for s in worker_overrides(cfg, 2, "http://127.0.0.1:1/v1", "m", 4242,
+                                                         "/tmp/e/tts.sock", "/tmp/e/asr.sock"))
+    assert own["server.asr_engine_socket"] == "/tmp/e/asr.sock" and float(own["gpu.asr_fraction"]) == 0.0
+
+    async def speak_and_ask(url: str, asr_socket: str) -> dict:
+        caller = await LoopbackCaller(url.replace("http://", "ws://") + "/phone/ws").connect()
+        await caller.say(pcm8k("agent-pass"))
+        await asyncio.sleep(1.5)
+        conn = await Connection.open(asr_socket, 5.0)
+        try:
+            stats = await conn.call("stats")
+        finally:
+            await conn.aclose()
+        await caller.close()
+        return stats
+
+    with cadence_serve("server.engine_process=true", "server.asr_engine_process=true", "tts.engine=piper",
+                       "asr.engine=parakeet", "vad.turn=silence", "llm.base_url=http://127.0.0.1:9/v1") as srv:
+        children = psutil.Process(srv["proc"].pid).children(recursive=True)
+        engines = [c for c in children if "agent.engine_server" in " ".join(c.cmdline())]
+        assert len(engines) == 2, [c.cmdline() for c in children]
+        log = "".join(srv["log"])
+        assert "engine ready: tts=piper on" in log and "engine ready: asr=parakeet on" in log, log[-3000:]
+        asr_engine = next(c for c in engines if '"tts"' not in " ".join(c.cmdline()))
+        socket = asr_engine.cmdline()[asr_engine.cmdline().index("--socket") + 1]
+        stats = asyncio.run(speak_and_ask(srv["url"], socket))
+        assert stats["asr"] and stats["stats"] == {}, stats  # the ASR engine has no TTS; its batcher ran
+        assert stats["asr"]["ticks"] > 0 and stats["asr"]["windows"] > 0, stats["asr"]
+        ready = srv["url"] + "/ready"
+        assert httpx.get(ready, timeout=10).status_code == 200
+        asr_engine.kill()
+        deadline = time.monotonic() + 5
+        while (r := httpx.get(ready, timeout=10)).status_code == 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (r.status_code, r.json()["reason"]) == (503, "the ASR engine process is down (restarting)")
+        srv["proc"].send_signal(signal.SIGTERM)
+        assert srv["proc"].wait(30) == 0
+    gone, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, f"children outlived cadence serve: {[c.pid for c in alive]}"
