@@ -132,7 +132,8 @@ class ManagedEngineProcess(SupervisedChild):
                         from None
                 time.sleep(0.1)
         self.up = True
-        logger.info(f"engine process ready: {self.info.get('name')} (pid {proc.pid}) on {self.socket_path} "
+        hosted = " + ".join(x for x in (self.info.get("name"), "parakeet" if self.info.get("asr") else None) if x)
+        logger.info(f"{self.child_label} ready: {hosted} (pid {proc.pid}) on {self.socket_path} "
                     f"in {time.monotonic() - t0:.1f} s")
 
     def stop(self, timeout_s: float = 5.0) -> None:
