@@ -60,8 +60,10 @@ def _heard(clip: np.ndarray) -> np.ndarray:
     return (np.clip(clip, -1, 1) * 32767).astype(np.int16).astype(np.float32) / 32768.0
 
 
-async def _stream(batcher, clip: np.ndarray, partials: list) -> object:
+async def _stream(batcher, clip: np.ndarray, partials: list, sessions: list | None = None) -> object:
     session = batcher.open(on_partial=partials.append)
+    if sessions is not None:
+        sessions.append(session)
     for lo in range(0, len(clip), 320):  # 20 ms frames, as the transport delivers them
         batcher.feed(session, clip[lo: lo + 320])
         await asyncio.sleep(0.002)
@@ -81,8 +83,11 @@ async def test_same_final_as_in_process(engine_socket, tiny_dir):
         local_partials: list = []
         remote_partials: list = []
         expected = await _stream(local, clip, local_partials)
-        got = await _stream(remote, clip, remote_partials)
+        sessions: list = []
+        got = await _stream(remote, clip, remote_partials, sessions)
         assert got.final and got.text == expected.text and got.tokens == expected.tokens
+        # the 20 ms frames went out 100 ms at a time (the last ones with the final)
+        assert sessions[0].fed == 80 and sessions[0].feeds_sent == 16
         assert got.frames == expected.frames and got.audio_s == pytest.approx(expected.audio_s)
         assert remote_partials and not any(p.final for p in remote_partials)  # partials came back while feeding
     await remote.aclose()
