@@ -224,6 +224,12 @@ class EngineServer:
                 writer.write(encode({"op": "error", "id": rid, "message": f"{type(exc).__name__}: {exc}"}))
 
 
+def _phases(engine: Any) -> dict[str, float]:
+    """Kokoro's per-phase seconds (``KokoroModel.phase_s``) where the engine has them; else empty."""
+    model = getattr(getattr(engine, "batcher", None), "model", None)
+    return dict(getattr(model, "phase_s", None) or {})
+
+
 async def report_load(server: EngineServer, every_s: float, tick_s: float = 0.05) -> None:
     """Log, every ``every_s``: this process's CPU share, the event loop's lag (worst and p99 of ``tick_s``
     sleeps), and what each hosted batcher did in the interval (ticks, mean batch, busy share, queue).
@@ -231,6 +237,7 @@ async def report_load(server: EngineServer, every_s: float, tick_s: float = 0.05
     loop = asyncio.get_running_loop()
     cpu0, wall0 = time.process_time(), loop.time()
     tts0 = dataclasses.asdict(server.engine.batcher.stats) if getattr(server.engine, "batcher", None) else None
+    phases0 = _phases(server.engine)
     asr0 = dataclasses.asdict(server.asr.stats) if server.asr is not None else None
     lags: list[float] = []
     while True:
@@ -252,6 +259,11 @@ async def report_load(server: EngineServer, every_s: float, tick_s: float = 0.05
                          f"{(now['busy_s'] - tts0['busy_s']) / (wall - wall0):.2f} audio "
                          f"{now['audio_s'] - tts0['audio_s']:.0f} s pending {batcher.pending}")
             tts0 = now
+            phases = _phases(server.engine)
+            if phases:  # where Kokoro's batches spent that time (issuing work vs waiting for the GPU)
+                parts.append("kokoro " + " ".join(f"{k} {(v - phases0.get(k, 0.0)) / (wall - wall0):.2f}"
+                                                   for k, v in phases.items()))
+            phases0 = phases
         if asr0 is not None:
             now = dataclasses.asdict(server.asr.stats)
             ticks = now["ticks"] - asr0["ticks"]

@@ -12,6 +12,7 @@ The text side (ALBERT, encoders, LSTMs, prosody) runs in float32 (or float64); `
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +66,11 @@ class KokoroModel(nn.Module):
         self._kernels: Kernels = EAGER_KERNELS
         self._compiled_kernels: Kernels | None = None
         self.graphs: Any = None  # tts.kokoro.decoder_graphs.DecoderGraphs once enable_decoder_graphs ran
+        # Seconds spent per phase of the batched forward, summed over calls: issuing the text side's work
+        # ("text_launch"), waiting for its durations ("text_wait"), issuing the rest ("rest_launch": alignment,
+        # F0/energy, text encoder, decoder) and waiting for the audio ("rest_wait"). Launch-heavy: the host
+        # (the interpreter) is the limit; wait-heavy: the GPU (or what shares it) is.
+        self.phase_s: dict[str, float] = dict.fromkeys(("text_launch", "text_wait", "rest_launch", "rest_wait"), 0.0)
         self.eval()
 
     # ------------------------------------------------------------------ properties
@@ -160,6 +166,7 @@ class KokoroModel(nn.Module):
     @torch.inference_mode()
     def _forward(self, items: list[Utterance], frame_bucket: int) -> BatchResult:
         dev = self.device
+        t0 = time.perf_counter()
         text_dtype = self.bert_encoder.weight.dtype
         work = torch.promote_types(text_dtype, torch.float32)
         for it in items:
@@ -187,7 +194,9 @@ class KokoroModel(nn.Module):
         d = self.predictor.text_encoder(d_en, s_pro, tokens)  # (B, T, C + S)
         dur = self.predictor.durations(d, tokens, speed)
         dur = torch.round(dur).clamp(min=1).long() * tokens.mask[:, 0, :].long()
+        t1 = time.perf_counter()
         dur_host = dur.cpu().numpy()  # the batch's one device-to-host sync before the decoder
+        t2 = time.perf_counter()
         durations = [dur_host[row, :n].tolist() for row, n in enumerate(lengths)]
         frames = [int(sum(x)) for x in durations]
         f = _round_up(max(frames), frame_bucket)
@@ -212,7 +221,15 @@ class KokoroModel(nn.Module):
         if audio is None:
             audio, out_lengths = self.decoder(asr.to(dd), f0.to(dd), energy.to(dd), s_dec.to(dd), fspan.to(dd),
                                               fspan2.to(dd), noise, work)
-        audio = torch.nan_to_num(audio.float(), nan=0.0, posinf=1.0, neginf=-1.0).clamp_(-1.0, 1.0).cpu().numpy()
+        audio = torch.nan_to_num(audio.float(), nan=0.0, posinf=1.0, neginf=-1.0).clamp_(-1.0, 1.0)
+        t3 = time.perf_counter()
+        audio = audio.cpu().numpy()
+        t4 = time.perf_counter()
+        phase = self.phase_s
+        phase["text_launch"] += t1 - t0
+        phase["text_wait"] += t2 - t1
+        phase["rest_launch"] += t3 - t2
+        phase["rest_wait"] += t4 - t3
         return BatchResult([audio[row, :n].copy() for row, n in enumerate(out_lengths)], durations, f)
 
 
