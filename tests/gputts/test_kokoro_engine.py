@@ -75,16 +75,19 @@ async def test_concurrent_requests_share_one_tick(engine):
     assert all(len(out) == 1 and len(out[0]) > 0 for out in outputs)
 
 
-async def test_urgent_requests_go_first_without_waiting_ones(engine):
+async def test_urgent_requests_go_first_without_longer_waiting_ones(engine):
     import time
 
     ids = engine.phoneme_ids("One moment please.")
+    long_ids = engine.phoneme_ids("One moment please, I am looking up your order and the delivery date now.")
     ticks = engine.batcher.stats.ticks
     with engine.batcher.held():
-        later = engine.batcher.enqueue(engine.utterance(ids), deadline=time.monotonic() + 30)  # still playing
+        later = engine.batcher.enqueue(engine.utterance(long_ids), deadline=time.monotonic() + 30)  # still playing
+        rider = engine.batcher.enqueue(engine.utterance(ids), deadline=time.monotonic() + 30)
         first = [engine.batcher.enqueue(engine.utterance(ids)) for _ in range(3)]  # due now
-    await asyncio.gather(*(r.future for r in first))
-    assert engine.batcher.stats.ticks == ticks + 1 and engine.batcher.stats.last_batch == 3
+    await asyncio.gather(*(r.future for r in first), rider.future)
+    # the waiting clause no longer than the urgent ones rode along (no padding); the long one waited
+    assert engine.batcher.stats.ticks == ticks + 1 and engine.batcher.stats.last_batch == 4
     await later.future  # nothing urgent left: the GPU works ahead on what can wait
     assert engine.batcher.stats.ticks == ticks + 2 and engine.batcher.stats.last_batch == 1
 

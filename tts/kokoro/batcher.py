@@ -59,8 +59,10 @@ class SynthesisBatcher:
                  urgent_s: float | None = 0.5, name: str = "kokoro-batcher"):
         self.model = model
         self.max_batch = max(1, int(max_batch))
-        # Requests due within urgent_s go first, without the ones that can wait: a first clause is not
-        # padded to (and delayed by) the long later clauses of other streams. None: all pending, EDF.
+        # Requests due within urgent_s go first, without the ones that can wait and are longer: a first clause
+        # is not padded to (and delayed by) the long later clauses of other streams; waiting ones no longer
+        # than the longest urgent one ride along (no padding, a few ms of GPU each: run 32 ran batches of 4-7
+        # with 20-38 waiting, ~90 ms a tick). None: all pending, EDF.
         self.urgent_s = urgent_s
         self.max_batch_phonemes = int(max_batch_phonemes)
         self.frame_bucket = frame_bucket
@@ -163,7 +165,10 @@ class SynthesisBatcher:
         if self.urgent_s is not None:
             due = time.monotonic() + self.urgent_s
             urgent = [t for t in self._queue if t.deadline <= due]  # a prefix: the queue is deadline-sorted
-            candidates = urgent or self._queue
+            if urgent:
+                longest = max(len(t.utterance.ids) for t in urgent)
+                riders = [t for t in self._queue[len(urgent):] if len(t.utterance.ids) <= longest]
+                candidates = urgent + riders
         batch, ids = [], 0
         for ticket in candidates:
             n = len(ticket.utterance.ids)
@@ -171,7 +176,8 @@ class SynthesisBatcher:
                 break
             batch.append(ticket)
             ids += n
-        del self._queue[: len(batch)]
+        taken = {id(t) for t in batch}
+        self._queue[:] = [t for t in self._queue if id(t) not in taken]
         return batch
 
     def _loop(self) -> None:
