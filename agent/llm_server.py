@@ -21,16 +21,19 @@ between (``/ready`` answers 503). With ``api_key`` set the server demands it (ll
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import IO, ClassVar
 
 import httpx
 from loguru import logger
@@ -173,6 +176,18 @@ def wait_healthy(base_url: str, timeout_s: float, proc: subprocess.Popen | None 
     raise LLMServerError(f"LLM server at {base_url} not healthy after {timeout_s:.0f} s ({last_error})")
 
 
+TAIL_LINES = 20
+
+
+def _drain(stream: IO[bytes] | None, tail: deque[str]) -> None:
+    """Read a child's output to its end (so it never blocks on a full pipe), keeping the last lines."""
+    if stream is None:
+        return
+    with contextlib.suppress(ValueError, OSError):
+        for line in iter(stream.readline, b""):
+            tail.append(line.decode(errors="replace"))
+
+
 @dataclass
 class ManagedLLMServer(SupervisedChild):
     """A server process Cadence owns: started on a free loopback port, supervised, stopped on close."""
@@ -194,20 +209,48 @@ class ManagedLLMServer(SupervisedChild):
     up: bool = field(default=False, init=False)
     restarts: int = field(default=0, init=False)
     _stopping: bool = field(default=False, init=False)
+    # The last lines the server printed when no log_path is given (a bounded tail, drained by a thread):
+    # a server that dies while starting is reported with what it said, not only its exit code.
+    _tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES), init=False, repr=False)
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def _spawn(self) -> subprocess.Popen:
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        log = open(self.log_path, "ab") if self.log_path else subprocess.PIPE  # noqa: SIM115
         env = dict(self.env if self.env is not None else os.environ, HF_HUB_OFFLINE="1")
         self.process = spawn_child(self.command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        if log is subprocess.PIPE:
+            self._tail.clear()
+            threading.Thread(target=_drain, args=(self.process.stdout, self._tail), daemon=True,
+                             name="llm-server-output").start()
         return self.process
+
+    def output_tail(self) -> str:
+        """What the server printed last: the tail kept in memory, or the end of ``log_path``."""
+        if self.log_path is None:
+            return "".join(self._tail)
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
+                lines = f.read().decode(errors="replace").splitlines(keepends=True)
+            return "".join(lines[-TAIL_LINES:])
+        except OSError:
+            return ""
 
     def _wait_ready(self, proc: subprocess.Popen) -> None:
         t0 = time.monotonic()
-        reported = wait_healthy(self.base_url, self.start_timeout_s, proc, self.kind, self.api_key)
+        try:
+            reported = wait_healthy(self.base_url, self.start_timeout_s, proc, self.kind, self.api_key)
+        except LLMServerError as exc:
+            if proc.poll() is not None:
+                proc.wait()
+                time.sleep(0.1)  # let the drain thread take the last lines
+            tail = self.output_tail().strip()
+            if tail:
+                raise LLMServerError(f"{exc}; its last output:\n{tail}") from None
+            raise
         self.model_id = self.model_name or reported
         self.up = True
         logger.info(f"LLM server ready at {self.base_url} ({self.model_id}) in {time.monotonic() - t0:.1f} s")

@@ -38,10 +38,15 @@ def test_vllm_command_carries_the_planned_memory_share():
         vllm_command("m", 1, 1.5)
 
 
-def test_a_server_that_dies_at_start_is_reported():
-    server = ManagedLLMServer(["python3", "-c", "import sys; sys.exit(3)"], port=1, start_timeout_s=5)
-    with pytest.raises(LLMServerError, match="exited with code 3"):
+def test_a_server_that_dies_at_start_is_reported_with_what_it_said(tmp_path):
+    script = "import sys; print('loading model'); print('error: model file is truncated', file=sys.stderr); sys.exit(3)"
+    server = ManagedLLMServer(["python3", "-c", script], port=1, start_timeout_s=5)
+    with pytest.raises(LLMServerError, match="exited with code 3") as err:
         server.start()
+    assert "error: model file is truncated" in str(err.value) and "loading model" in str(err.value)
+    logged = ManagedLLMServer(["python3", "-c", script], port=1, start_timeout_s=5, log_path=tmp_path / "llm.log")
+    with pytest.raises(LLMServerError, match="model file is truncated"):  # the tail of its log file
+        logged.start()
 
 
 def test_health_check_times_out_clearly():
