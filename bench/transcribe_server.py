@@ -22,6 +22,9 @@ not the limit (``client_cpu_s`` says how busy they were).
 
 The host path alone (``--engine null``: no model, words made up at once), any machine:
     python3 bench/transcribe_server.py --engine null --plan "10:64;3600:4" --workers 8
+With a GPU stand-in that takes time but no CPU (``--engine sleep``: the fast backend's profile
+replays slept at ``--sleep-rtfx``), whether the host path keeps an engine busy, on a CPU box:
+    python3 bench/transcribe_server.py --engine sleep --sleep-rtfx 6000 --plan "3600:4" --workers 2
 
 CPU, embedded Whisper tiny.en (the server's defaults: one process):
     python3 bench/transcribe_server.py
@@ -133,9 +136,36 @@ class NullEngine:
         return [[Word(k * 0.4, k * 0.4 + 0.3, f" w{k}") for k in range(int(len(w) / 16000 * 2.5))] for w in windows]
 
 
+class SleepEngine(NullEngine):
+    """A GPU stand-in for CPU runs: the null engine's words after a sleep (the GIL released, no CPU) as
+    long as the fast Parakeet backend's profile replays take at ``rtfx``: each 10/20/30 s profile the
+    batch touches replays at its whole batch of 64, a full batch of windows as long as the profile
+    running ``rtfx`` times faster than real time. It names length classes as the fast backend does."""
+
+    name = "sleep"
+    PROFILES = (1024, 2048, 3008)  # feature frames (hop 160): default_profiles'
+
+    def __init__(self, rtfx: float) -> None:
+        super().__init__()
+        self.rtfx = rtfx
+
+    def length_class(self, samples: int) -> int:
+        frames = int(samples) // 160 + 1
+        return next((f for f in self.PROFILES if f >= frames), self.PROFILES[-1])
+
+    def transcribe_windows(self, windows: list[Any], language: str | None) -> list[list[Any]]:
+        counts: dict[int, int] = {}
+        for w in windows:
+            counts[self.length_class(len(w))] = counts.get(self.length_class(len(w)), 0) + 1
+        time.sleep(sum(f * 160 / 16000 * 64 / self.rtfx * math.ceil(n / 64) for f, n in counts.items()))
+        return super().transcribe_windows(windows, language)
+
+
 def build_engine(args: argparse.Namespace) -> Any:
     if args.engine == "null":
         return NullEngine()
+    if args.engine == "sleep":
+        return SleepEngine(args.sleep_rtfx)
     from agent.models import resolve_engine_spec
     from asr.offline.engine_factory import make_engine
     from asr.offline.window_engine import EngineSpec
@@ -211,7 +241,7 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str, 
            "--encoder-backend", args.encoder_backend, "--parakeet-backend", args.parakeet_backend,
            "--profiles", args.profiles, "--max-inflight", str(args.max_inflight),
            "--max-audio-held-s", str(args.max_audio_held_s), "--min-audio-s", str(args.min_audio_s),
-           "--engine-plan", "" if args.no_engine_rtfx else args.plan]
+           "--engine-plan", "" if args.no_engine_rtfx else args.plan, "--sleep-rtfx", str(args.sleep_rtfx)]
     if args.workers is not None:
         cmd += ["--workers", str(args.workers)]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
@@ -263,8 +293,10 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--engine", default=None, choices=("whisper", "parakeet", "null"),
-                    help="default: parakeet on CUDA, whisper on the CPU; null: no model (the host path alone)")
+    ap.add_argument("--engine", default=None, choices=("whisper", "parakeet", "null", "sleep"),
+                    help="default: parakeet on CUDA, whisper on the CPU; null: no model (the host path alone); "
+                         "sleep: a GPU stand-in (SleepEngine: profile replays slept at --sleep-rtfx)")
+    ap.add_argument("--sleep-rtfx", type=float, default=6000.0, help="the sleep engine's speed (full batches)")
     ap.add_argument("--model", default=None, help="whisper: CTranslate2 dir; parakeet: checkpoint (folder or .nemo) "
                                                   "or random-v3 (the default for parakeet)")
     ap.add_argument("--dtype", default=None, help="parakeet: float32 | bfloat16 (default: bfloat16 on CUDA)")

@@ -156,37 +156,86 @@ def decode_file(path: str | Path, out_rate: int = 16000, *, chunk_s: float = 60.
     ``max_seconds`` is checked from the header before decoding where libsndfile reads the
     file, after decoding otherwise.
     """
+    stream = open_decode(path, out_rate, chunk_s=chunk_s, overlap_s=overlap_s, pool=pool, max_seconds=max_seconds)
+    for _ in stream:
+        pass
+    return stream.audio
+
+
+class DecodeStream:
+    """A file decoded range by range, in order, into one buffer: iterate for the samples ready so far.
+
+    The ranges decode on the pool ahead of the reader; each step waits for the next range only, so
+    a consumer (the window planner) works on the start of an hour-long file while the rest decodes.
+    ``audio`` is the whole result once iteration ends (the same samples as one serial decode).
+    """
+
+    def __init__(self, path: Path, info: AudioInfo | None, out_rate: int, chunk_s: float, overlap_s: float,
+                 pool: Executor | None, max_seconds: float | None, size: int) -> None:
+        self.path, self.info, self.out_rate = path, info, out_rate
+        self.max_seconds, self.size = max_seconds, size
+        self.chunk_s, self.overlap_s, self.pool = chunk_s, overlap_s, pool
+        self.audio = np.zeros(0, np.float32)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        info, p, out_rate = self.info, self.path, self.out_rate
+        if info is None:
+            audio = _decode_with_pyav(p, out_rate)
+            _check_plausible(len(audio) / out_rate, None, self.size)
+            _check_length(len(audio) / out_rate, self.max_seconds)
+            self.audio = audio
+            yield len(audio)
+            return
+        period = info.rate // math.gcd(info.rate, out_rate)
+        chunk = max(period, int(self.chunk_s * info.rate) // period * period)
+        overlap = int(math.ceil(self.overlap_s * info.rate / period)) * period
+        starts = list(range(0, max(info.frames, 1), chunk))
+        try:
+            if len(starts) == 1:
+                self.audio = decode_range(str(p), info, 0, None, out_rate, 0)
+                if self.audio.size == 0:
+                    raise AudioFileError("the audio stream holds no samples")
+                yield len(self.audio)
+                return
+            pool = self.pool or decode_pool()
+            jobs = [pool.submit(decode_range, str(p), info, a, a + chunk if i < len(starts) - 1 else None,
+                                out_rate, overlap) for i, a in enumerate(starts)]
+            try:
+                buf = np.empty(resampled_length(info.frames, info.rate, out_rate) + 64, np.float32)
+                n = 0
+                for job in jobs:
+                    part = job.result()
+                    if n + len(part) > len(buf):  # longer than the header said: grow
+                        buf = np.concatenate([buf[:n], np.empty(n + len(part) - len(buf) + len(buf) // 4, np.float32)])
+                    buf[n:n + len(part)] = part
+                    n += len(part)
+                    self.audio = buf[:n]
+                    if n:
+                        yield n
+            finally:
+                for job in jobs:
+                    job.cancel()
+        except (RuntimeError, ValueError) as exc:  # libsndfile errors on a truncated or corrupt body
+            raise AudioFileError(f"not a readable audio file ({exc})") from None
+        if self.audio.size == 0:
+            raise AudioFileError("the audio stream holds no samples")
+
+
+def open_decode(path: str | Path, out_rate: int = 16000, *, chunk_s: float = 60.0, overlap_s: float = 0.25,
+                pool: Executor | None = None, max_seconds: float | None = None) -> DecodeStream:
+    """``decode_file`` as a ``DecodeStream``: checks the file and its header now (``AudioFileError``,
+    ``AudioTooLongError``), decodes as it is iterated."""
     p = Path(path)
     if not p.is_file():
         raise AudioFileError(f"{p.name}: no such file")
-    if p.stat().st_size == 0:
-        raise AudioFileError("the file is empty (0 bytes)")
     size = p.stat().st_size
+    if size == 0:
+        raise AudioFileError("the file is empty (0 bytes)")
     info = probe(p)
-    if info is None:
-        audio = _decode_with_pyav(p, out_rate)
-        _check_plausible(len(audio) / out_rate, None, size)
-        _check_length(len(audio) / out_rate, max_seconds)
-        return audio
-    _check_plausible(info.duration, info, size)
-    _check_length(info.duration, max_seconds)
-    period = info.rate // math.gcd(info.rate, out_rate)
-    chunk = max(period, int(chunk_s * info.rate) // period * period)
-    overlap = int(math.ceil(overlap_s * info.rate / period)) * period
-    starts = list(range(0, max(info.frames, 1), chunk))
-    try:
-        if len(starts) == 1:
-            audio = decode_range(str(p), info, 0, None, out_rate, 0)
-        else:
-            pool = pool or decode_pool()
-            jobs = [pool.submit(decode_range, str(p), info, a, a + chunk if i < len(starts) - 1 else None,
-                                out_rate, overlap) for i, a in enumerate(starts)]
-            audio = np.concatenate([j.result() for j in jobs])
-    except (RuntimeError, ValueError) as exc:  # libsndfile errors on a truncated or corrupt body
-        raise AudioFileError(f"not a readable audio file ({exc})") from None
-    if audio.size == 0:
-        raise AudioFileError("the audio stream holds no samples")
-    return audio
+    if info is not None:
+        _check_plausible(info.duration, info, size)
+        _check_length(info.duration, max_seconds)
+    return DecodeStream(p, info, out_rate, chunk_s, overlap_s, pool, max_seconds, size)
 
 
 def _decode_with_pyav(path: Path, out_rate: int) -> np.ndarray:

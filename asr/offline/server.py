@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from asr.offline.audio_budget import AudioBudget
-from asr.offline.decode import AudioTooLongError, decode_file, plausible_seconds, probe
+from asr.offline.decode import AudioTooLongError, decode_file, open_decode, plausible_seconds, probe
 from asr.offline.errors import ApiError
 from asr.offline.formats import RESPONSE_FORMATS, render
 from asr.offline.inflight import LocalInflight
@@ -65,6 +65,8 @@ class ServerOptions:
     aliases: tuple[str, ...] = ("whisper-1",)  # model names answered besides the engine's own
     tmp_dir: str | None = None
     api_key: str = ""  # non-empty: /v1/* needs "Authorization: Bearer <api_key>"
+    # Files at least this long (by their header) go to the engine range by range as they decode.
+    pipeline_min_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,9 @@ class TranscriptionServer:
                 raise ApiError(400, f"could not decode {upload.filename!r} as audio: {exc}", param="file",
                                code="invalid_audio") from None
         async with self.budget.reserve(min(seconds, self.options.max_audio_s)):
+            if (not params.stream and info is not None and info.duration >= self.options.pipeline_min_s
+                    and hasattr(self.transcriber.batcher, "stream_parts")):
+                return await self._pipelined(request, upload, params)
             return await self._decode_and_transcribe(request, upload, params)
 
     async def _decode_and_transcribe(self, request: web.Request, upload: Upload,
@@ -191,20 +196,40 @@ class TranscriptionServer:
         try:
             audio = await asyncio.to_thread(decode_file, upload.path, self.transcriber.engine.sample_rate,
                                             max_seconds=self.options.max_audio_s)
-        except AudioTooLongError as exc:
-            raise ApiError(400, f"{upload.filename!r}: {exc}", param="file", code="audio_too_long") from None
         except AudioFileError as exc:
-            reason = str(exc).replace(str(upload.path), upload.filename)  # never leak the temporary path
-            raise ApiError(400, f"could not decode {upload.filename!r} as audio: {reason}", param="file",
-                           code="invalid_audio") from None
+            raise _decode_error(exc, upload) from None
         timings.decode_s = loop.time() - t0
         upload.cleanup()  # the disk copy is no longer needed
         if params.stream:
             return await stream_transcript(request, self.transcriber, audio, params.language, timings)
         transcript = await while_connected(request, self.transcriber.transcribe_audio(audio, params.language, timings))
-        body, content_type = render(transcript, params.response_format, params.words)
-        header = timings_header(timings, transcript.duration)
-        return web.Response(text=body, content_type=content_type, headers={"x-cadence-timings": header})
+        return _answer(transcript, params, timings)
+
+    async def _pipelined(self, request: web.Request, upload: Upload, params: Params) -> web.StreamResponse:
+        """A long file: its windows go to the engine range by range as it decodes (the same transcript)."""
+        timings = Timings()
+        try:
+            decode = await asyncio.to_thread(open_decode, upload.path, self.transcriber.engine.sample_rate,
+                                             max_seconds=self.options.max_audio_s)
+            transcript = await while_connected(
+                request, self.transcriber.transcribe_decode(decode, params.language, timings))
+        except AudioFileError as exc:
+            raise _decode_error(exc, upload) from None
+        return _answer(transcript, params, timings)
+
+
+def _decode_error(exc: AudioFileError, upload: Upload) -> ApiError:
+    if isinstance(exc, AudioTooLongError):
+        return ApiError(400, f"{upload.filename!r}: {exc}", param="file", code="audio_too_long")
+    reason = str(exc).replace(str(upload.path), upload.filename)  # never leak the temporary path
+    return ApiError(400, f"could not decode {upload.filename!r} as audio: {reason}", param="file",
+                    code="invalid_audio")
+
+
+def _answer(transcript: Any, params: Params, timings: Timings) -> web.Response:
+    body, content_type = render(transcript, params.response_format, params.words)
+    header = timings_header(timings, transcript.duration)
+    return web.Response(text=body, content_type=content_type, headers={"x-cadence-timings": header})
 
 
 def _auth(api_key: str):  # type: ignore[no-untyped-def]

@@ -28,6 +28,9 @@ import numpy as np
 from asr.offline.results import Word
 from asr.offline.window_engine import WindowEngine
 
+# A batch short of full, while files still send windows in parts, waits for more up to one batch's
+# mean engine time (a partial batch would cost about as much), within these bounds.
+LINGER_MIN_S, LINGER_MAX_S = 0.02, 0.5
 MAX_PASSED = 4  # times a window of a class that cannot fill a batch gives way to a fuller class
 
 
@@ -68,6 +71,7 @@ class WindowBatcher:
         self._ids = itertools.count()
         self._closed = False
         self._length_class = getattr(engine, "length_class", None)
+        self._streams = 0  # requests still sending parts (stream_parts)
         self._thread = threading.Thread(target=self._run, name="asr-batcher", daemon=True)
         self._thread.start()
 
@@ -100,6 +104,52 @@ class WindowBatcher:
             for it in items:
                 it.future.cancel()  # results still in flight are dropped, unread errors are not logged
 
+    async def stream_parts(self, parts: AsyncIterator[Sequence[np.ndarray]],
+                           language: str | None) -> AsyncIterator[list[Word]]:
+        """``stream`` for windows that arrive in parts (a long file planned as it decodes): each part
+        joins the queue as it comes, words come back in window order. An error of ``parts`` is raised
+        here after the words of the windows before it."""
+        loop = asyncio.get_running_loop()
+        request = next(self._ids)
+        arrived: asyncio.Queue[_Item | BaseException | None] = asyncio.Queue()
+        items: list[_Item] = []
+
+        async def feed() -> None:
+            with self._cond:
+                self._streams += 1
+            try:
+                async for windows in parts:
+                    new = [self._item(request, w, language, loop) for w in windows]
+                    with self._cond:
+                        if self._closed:
+                            raise RuntimeError("the batcher is closed")
+                        self._pending.setdefault(request, deque()).extend(new)
+                        self._cond.notify()
+                    items.extend(new)
+                    for it in new:
+                        arrived.put_nowait(it)
+                arrived.put_nowait(None)
+            except Exception as exc:
+                arrived.put_nowait(exc)
+            finally:
+                with self._cond:
+                    self._streams -= 1
+                    self._cond.notify()
+
+        feeder = asyncio.ensure_future(feed())
+        try:
+            while (it := await arrived.get()) is not None:
+                if isinstance(it, BaseException):
+                    raise it
+                yield await it.future
+        finally:
+            feeder.cancel()
+            await asyncio.gather(feeder, return_exceptions=True)
+            with self._cond:
+                self._pending.pop(request, None)
+            for it in items:
+                it.future.cancel()
+
     async def health(self) -> dict[str, int]:
         """What ``/health`` shows of the engine: batches, windows, engine inputs, windows queued."""
         return {"batches": self.stats.batches, "windows": self.stats.windows, "engine_inputs": self.stats.inputs,
@@ -109,13 +159,20 @@ class WindowBatcher:
     def queued_windows(self) -> int:
         """Windows waiting for the engine (not counting the batch in progress)."""
         with self._cond:
-            return sum(len(q) for q in self._pending.values())
+            return self._pending_windows()
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify()
         self._thread.join(timeout=30)
+
+    def _linger_s(self) -> float:
+        mean = self.stats.busy_s / self.stats.batches if self.stats.batches else 0.0
+        return min(LINGER_MAX_S, max(LINGER_MIN_S, mean))
+
+    def _pending_windows(self) -> int:
+        return sum(len(q) for q in self._pending.values())
 
     def _item(self, request: int, audio: np.ndarray, language: str | None,
               loop: asyncio.AbstractEventLoop) -> _Item:
@@ -177,6 +234,13 @@ class WindowBatcher:
                     self._cond.wait()
                 if self._closed:
                     return
+                if self._streams and self._pending_windows() < self.max_batch:
+                    # More windows are on their way (a long file decoding): a fuller batch costs the
+                    # engine no more than this one would.
+                    self._cond.wait_for(lambda: self._closed or not self._streams
+                                        or self._pending_windows() >= self.max_batch, timeout=self._linger_s())
+                    if self._closed or not self._pending:
+                        continue
                 batch = self._next_batch()
             t0 = time.perf_counter()
             try:

@@ -194,3 +194,54 @@ def test_connections_spread_over_the_workers() -> None:
             return set(await asyncio.gather(*(pid() for _ in range(30))))
 
     assert len(asyncio.run(run())) == 3  # each worker misses all 30 with probability (2/3)^30 < 1e-5
+
+
+def test_long_files_reach_the_engine_as_they_decode(tmp_path: Path, files: list[Path]) -> None:
+    """``pipeline_min_s``: a file's windows go to the engine range by range while it decodes, in one
+    process and through a worker, with the answers of the whole-file path byte for byte."""
+    pytest.importorskip("transformers")
+    from asr.offline.decode import decode_file, open_decode
+    from asr.offline.engine_factory import make_engine
+    from asr.offline.window_batcher import WindowBatcher
+    from asr.offline.window_engine import EngineSpec
+    from asr.parakeet.tiny import make_tiny_checkpoint
+
+    engine = make_engine(EngineSpec(engine="parakeet", model=str(make_tiny_checkpoint(tmp_path / "tiny")),
+                                    device="cpu", name="whisper-1"))
+    whole, piped = ServerOptions(pipeline_min_s=1e9), ServerOptions(pipeline_min_s=0.0)
+    requests = [r for r in REQUESTS if "stream" not in r]
+
+    async def answers() -> dict[str, list[tuple[int, str]]]:
+        out = {}
+        async with ClientSession() as session:
+            for name, start, kw in (("whole", serve, {"options": whole}), ("piped", serve, {"options": piped}),
+                                    ("worker", serve_workers, {"workers": 1, "options": piped})):
+                async with running(start, engine, **kw) as url:
+                    out[name] = [await post(session, url, files[0], **req) for req in requests]
+        return out
+
+    got = asyncio.run(answers())
+    assert all(status == 200 for status, _ in got["whole"]) and '"words"' in got["whole"][0][1]
+    assert got["piped"] == got["whole"] and got["worker"] == got["whole"]
+
+    parts: list[int] = []
+
+    class Counting(WindowBatcher):
+        def stream_parts(self, windows, language):  # type: ignore[no-untyped-def]
+            async def counted():  # type: ignore[no-untyped-def]
+                async for part in windows:
+                    parts.append(len(part))
+                    yield part
+            return super().stream_parts(counted(), language)
+
+    async def direct() -> tuple[Any, Any]:
+        transcriber = OfflineTranscriber(engine, batcher=Counting(engine))
+        try:
+            ranged = await transcriber.transcribe_decode(open_decode(files[0], chunk_s=5.0), None)
+            return ranged, await transcriber.transcribe_audio(decode_file(files[0]), None)
+        finally:
+            transcriber.close()
+
+    ranged, alone = asyncio.run(direct())
+    assert ranged == alone and ranged.text
+    assert len([n for n in parts if n]) >= 2, parts  # windows went out before the decode was done
