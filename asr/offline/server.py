@@ -27,13 +27,25 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from asr.offline.audio_budget import AudioBudget
-from asr.offline.decode import AudioTooLongError, decode_file, open_decode, plausible_seconds, probe
+from asr.offline.decode import (
+    MIN_SAMPLE_RATE,
+    AudioInfo,
+    AudioTooLongError,
+    PcmLayout,
+    check_header,
+    decode_file,
+    open_arriving,
+    open_decode,
+    plausible_seconds,
+    probe,
+    wav_head,
+)
 from asr.offline.errors import ApiError
 from asr.offline.formats import RESPONSE_FORMATS, render
 from asr.offline.inflight import LocalInflight
 from asr.offline.server_stream import POLL_S, ClientGone, client_gone, stream_transcript
 from asr.offline.transcriber import OfflineTranscriber, Timings, timings_header
-from asr.offline.upload import Upload, read_upload
+from asr.offline.upload import Upload, UploadProgress, read_upload
 from transports.audio_io import AudioFileError
 
 log = logging.getLogger("cadence.transcribe_server")
@@ -160,17 +172,93 @@ class TranscriptionServer:
             raise ApiError(429, f"the server is at its limit of {self.options.max_inflight} requests; retry later",
                            code="busy", headers={"Retry-After": "5"})
         upload: Upload | None = None
+        early: _Early | None = None
         try:
-            upload = await read_upload(request, int(self.options.max_upload_mb * 1e6), self.options.tmp_dir)
+            # Only an upload that can hold pipeline_min_s of PCM (4 kHz, 8 bits at the least) is watched.
+            long_enough = (request.content_length or 0) >= self.options.pipeline_min_s * MIN_SAMPLE_RATE
+            progress = UploadProgress() if long_enough and hasattr(self.transcriber.batcher, "stream_parts") else None
+            reading = asyncio.ensure_future(read_upload(request, int(self.options.max_upload_mb * 1e6),
+                                                        self.options.tmp_dir, progress))
+            try:
+                if progress is not None:
+                    await asyncio.wait({reading, progress.started}, return_when=asyncio.FIRST_COMPLETED)
+                    if not reading.done():
+                        early = self._start_early(progress)
+                upload = await reading
+            finally:
+                if not reading.done():
+                    reading.cancel()
+                    await asyncio.gather(reading, return_exceptions=True)
             params = parse_params(upload, self.model_names, self.transcriber.engine.languages)
+            if early is not None:
+                answer = await self._finish_early(request, early, upload, params)
+                if answer is not None:
+                    return answer
             return await self._transcribe(request, upload, params)
         except ClientGone:
             log.info("a client went away before its transcript was ready; its windows were withdrawn")
             return web.Response(status=499)  # nobody reads it
         finally:
+            if early is not None and not early.task.done():
+                early.task.cancel()
+                await asyncio.gather(early.task, return_exceptions=True)
             self.inflight.leave()
             if upload is not None:
                 upload.cleanup()
+
+    def _start_early(self, progress: UploadProgress) -> _Early | None:
+        """A long PCM WAV upload whose fields came first: start on its windows while the rest arrives.
+
+        Only where the answer cannot differ: the fields so far name this model, no stream, a language
+        served; ``_finish_early`` checks them again with the finished upload."""
+        assert progress.path is not None
+        try:
+            with open(progress.path, "rb") as f:
+                parsed = wav_head(f.read(progress.HEAD_BYTES))
+        except OSError:
+            return None
+        if parsed is None:
+            return None
+        info, layout = parsed
+        if not (max(self.options.pipeline_min_s, 0.0) <= info.duration <= self.options.max_audio_s
+                and info.rate >= MIN_SAMPLE_RATE):
+            return None
+        fields = progress.fields
+
+        def field(name: str, default: str) -> str:
+            return (fields.get(name) or [default])[-1].strip()
+
+        languages = self.transcriber.engine.languages
+        language = field("language", "").lower() or None
+        if (field("model", "") not in self.model_names or field("stream", "false").lower() in ("true", "1")
+                or (language is not None and languages is not None and language not in languages)):
+            return None
+        timings = Timings()
+        log.debug("%.0f s of WAV: transcribing while it uploads", info.duration)
+        task = asyncio.ensure_future(self._early(progress, info, layout, language, timings))
+        return _Early(task, info, language, timings)
+
+    async def _early(self, progress: UploadProgress, info: AudioInfo, layout: PcmLayout, language: str | None,
+                     timings: Timings) -> Any:
+        async with self.budget.reserve(min(info.duration, self.options.max_audio_s)):
+            assert progress.path is not None
+            decode = open_arriving(progress.path, info, layout, progress, self.transcriber.engine.sample_rate)
+            return await self.transcriber.transcribe_decode(decode, language, timings)
+
+    async def _finish_early(self, request: web.Request, early: _Early, upload: Upload,
+                            params: Params) -> web.StreamResponse | None:
+        """The early transcript, if the finished upload is what its start said; None: do it the usual way."""
+        info = await asyncio.to_thread(probe, upload.path)
+        if params.stream or params.language != early.language or info is None or (
+                info.rate, info.channels, info.frames, info.subtype) != (
+                early.info.rate, early.info.channels, early.info.frames, early.info.subtype):
+            return None
+        try:
+            check_header(info, upload.size, self.options.max_audio_s)
+            transcript = await while_connected(request, early.task)
+        except AudioFileError:
+            return None  # the usual path says what is wrong, as it always has
+        return _answer(transcript, params, early.timings)
 
     async def _transcribe(self, request: web.Request, upload: Upload, params: Params) -> web.StreamResponse:
         info = await asyncio.to_thread(probe, upload.path)
@@ -216,6 +304,14 @@ class TranscriptionServer:
         except AudioFileError as exc:
             raise _decode_error(exc, upload) from None
         return _answer(transcript, params, timings)
+
+
+@dataclass
+class _Early:
+    task: asyncio.Task[Any]
+    info: AudioInfo
+    language: str | None
+    timings: Timings
 
 
 def _decode_error(exc: AudioFileError, upload: Upload) -> ApiError:

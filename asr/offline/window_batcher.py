@@ -174,6 +174,17 @@ class WindowBatcher:
     def _pending_windows(self) -> int:
         return sum(len(q) for q in self._pending.values())
 
+    def _fullest(self) -> int:
+        """Pending windows of the (language, length class) that has the most (of all, without classes)."""
+        if self._length_class is None:
+            return self._pending_windows()
+        counts: dict[tuple[str | None, int], int] = {}
+        for q in self._pending.values():
+            for it in q:
+                key = (it.language, it.length_class)
+                counts[key] = counts.get(key, 0) + 1
+        return max(counts.values(), default=0)
+
     def _item(self, request: int, audio: np.ndarray, language: str | None,
               loop: asyncio.AbstractEventLoop) -> _Item:
         cls = self._length_class(len(audio)) if self._length_class is not None else 0
@@ -234,11 +245,11 @@ class WindowBatcher:
                     self._cond.wait()
                 if self._closed:
                     return
-                if self._streams and self._pending_windows() < self.max_batch:
+                if self._streams and self._fullest() < self.max_batch:
                     # More windows are on their way (a long file decoding): a fuller batch costs the
                     # engine no more than this one would.
                     self._cond.wait_for(lambda: self._closed or not self._streams
-                                        or self._pending_windows() >= self.max_batch, timeout=self._linger_s())
+                                        or self._fullest() >= self.max_batch, timeout=self._linger_s())
                     if self._closed or not self._pending:
                         continue
                 batch = self._next_batch()

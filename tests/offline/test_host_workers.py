@@ -245,3 +245,61 @@ def test_long_files_reach_the_engine_as_they_decode(tmp_path: Path, files: list[
     ranged, alone = asyncio.run(direct())
     assert ranged == alone and ranged.text
     assert len([n for n in parts if n]) >= 2, parts  # windows went out before the decode was done
+
+
+def test_a_slow_wav_upload_is_transcribed_while_it_arrives(tmp_path: Path, files: list[Path]) -> None:
+    """A 5 min PCM WAV sent in slow pieces: its first windows reach the engine before the upload ends,
+    and the answers are byte for byte those of the file sent whole to a server that waits for it all."""
+    import time
+
+    pytest.importorskip("transformers")
+    from asr.offline.decode import decode_file
+    from asr.offline.engine_factory import make_engine
+    from asr.offline.window_engine import EngineSpec
+    from asr.parakeet.tiny import make_tiny_checkpoint
+    from testkit.offline_audio import write_audio
+
+    tiny = make_engine(EngineSpec(engine="parakeet", model=str(make_tiny_checkpoint(tmp_path / "tiny")),
+                                  device="cpu", name="whisper-1"))
+    first_batch: list[float] = []
+
+    class Timed:
+        name, sample_rate, plan, max_batch, languages = tiny.name, tiny.sample_rate, tiny.plan, tiny.max_batch, None
+
+        def transcribe_windows(self, windows: list[np.ndarray], language: str | None) -> list[Any]:
+            first_batch.append(time.monotonic())
+            return tiny.transcribe_windows(windows, language)
+
+    audio = np.resize(decode_file(files[0]), 300 * 16000)
+    wav = write_audio(tmp_path / "five.wav", audio, 16000)
+    boundary = "slow-upload-boundary"
+    body = (f'--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper-1\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="response_format"\r\n\r\nverbose_json\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="five.wav"\r\n\r\n').encode()
+    body += wav.read_bytes() + f"\r\n--{boundary}--\r\n".encode()
+    sent: list[float] = []
+
+    async def slowly():  # type: ignore[no-untyped-def]
+        for k in range(0, len(body), 256 * 1024):
+            yield body[k:k + 256 * 1024]
+            await asyncio.sleep(0.03)
+        sent.append(time.monotonic())
+
+    async def run() -> tuple[str, str, str]:
+        headers = {"Content-Type": f"multipart/form-data; boundary={boundary}", "Content-Length": str(len(body))}
+        out = []
+        async with ClientSession() as session:
+            for start, kw, fast in ((serve, {"options": ServerOptions(pipeline_min_s=1e9)}, True),
+                                    (serve, {}, False), (serve_workers, {"workers": 1}, False)):
+                async with running(start, Timed(), **kw) as url:
+                    data = body if fast else slowly()
+                    async with session.post(url + "/v1/audio/transcriptions", data=data, headers=headers) as r:
+                        assert r.status == 200, await r.text()
+                        out.append(await r.text())
+                if start is serve and not fast:
+                    assert first_batch and sent and first_batch[0] < sent[0] - 0.2, (first_batch[:1], sent)
+                first_batch.clear()
+        return out[0], out[1], out[2]
+
+    whole, early, worker = asyncio.run(run())
+    assert '"segments"' in whole and len(whole) > 1000 and early == whole and worker == whole
