@@ -17,7 +17,8 @@ flight, the leaderboard-like length mix (1-35 s, mean ~7 s, like LibriSpeech tes
 audio s per wall s through HTTP, the engine's own RTFx at the same lengths measured in the same run
 (the server process, before it serves: the same windows, batched by length, engine calls timed
 alone), their ratio, p50/p90 latency, and the server's CPU seconds (engine process + host workers)
-per audio hour. Clients are ``--clients`` processes (default 4 on CUDA) so the load generator is
+per audio hour, and the engine's busy share of the wall time (``engine_busy_frac``: below 1 the engine
+waited on the host; ``engine_busy_s`` against the engine-alone wall: batches worse than alone). Clients are ``--clients`` processes (default 4 on CUDA) so the load generator is
 not the limit (``client_cpu_s`` says how busy they were).
 
 The host path alone (``--engine null``: no model, words made up at once), any machine:
@@ -372,12 +373,16 @@ def main() -> None:
                 row["engine_process_cpu_s"] = round(own1 - own0, 2)  # the rest is the host workers'
                 batches = after["batches"] - before["batches"]
                 row["windows_per_batch"] = round((after["windows"] - before["windows"]) / batches, 2) if batches else 0
+                if "engine_busy_s" in after:  # the engine's time in its calls, against the level's wall time
+                    busy = after["engine_busy_s"] - before["engine_busy_s"]
+                    row["engine_busy_s"], row["engine_busy_frac"] = round(busy, 3), round(busy / run["wall_s"], 3)
                 rows.append(row)
                 save(name, data, args.out)  # partial results survive a run cut short
                 print(f"{key:>6} clips x{c:<4d}: {row['audio_s_per_wall_s']:9.1f} audio s/s  "
                       f"p50 {row['latency_p50_s'] * 1000:8.1f} ms  p90 {row['latency_p90_s'] * 1000:8.1f} ms  "
                       f"{row['server_cpu_s_per_audio_h']:7.1f} server cpu s/audio h  "
-                      f"batch {row['windows_per_batch']:5.2f}  client cpu {row['client_cpu_s']:.2f} s", flush=True)
+                      f"batch {row['windows_per_batch']:5.2f}  engine busy {row.get('engine_busy_frac', 0):.2f}  "
+                      f"client cpu {row['client_cpu_s']:.2f} s", flush=True)
     finally:
         clients.close()
         proc.terminate()

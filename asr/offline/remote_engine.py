@@ -192,7 +192,7 @@ class RemoteBatcher:
                 for segment in segments:
                     unlink(segment)  # those not taken yet (a taken one is already unlinked)
 
-    async def health(self) -> dict[str, int]:
+    async def health(self) -> dict[str, float]:
         rid, queue = self.link.open()
         try:
             self.link.send(("stats", rid))

@@ -16,6 +16,7 @@ neighbour's words). Results go back to each request's loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 import time
@@ -150,10 +151,12 @@ class WindowBatcher:
             for it in items:
                 it.future.cancel()
 
-    async def health(self) -> dict[str, int]:
-        """What ``/health`` shows of the engine: batches, windows, engine inputs, windows queued."""
+    async def health(self) -> dict[str, float]:
+        """What ``/health`` shows of the engine: batches, windows, engine inputs, windows queued, and
+        the seconds the engine has spent in its calls (``engine_busy_s``: against wall time, whether it
+        waited on the host)."""
         return {"batches": self.stats.batches, "windows": self.stats.windows, "engine_inputs": self.stats.inputs,
-                "queued_windows": self.queued_windows}
+                "queued_windows": self.queued_windows, "engine_busy_s": round(self.stats.busy_s, 4)}
 
     @property
     def queued_windows(self) -> int:
@@ -257,8 +260,7 @@ class WindowBatcher:
             try:
                 results = self.engine.transcribe_windows([it.audio for it in batch], batch[0].language)
             except Exception as exc:  # the engine failed: fail these windows, keep serving
-                for it in batch:
-                    it.loop.call_soon_threadsafe(_settle, it.future, None, exc)
+                _hand_back(batch, [None] * len(batch), exc)
                 continue
             self.stats.batches += 1
             self.stats.windows += len(batch)
@@ -266,8 +268,23 @@ class WindowBatcher:
             self.stats.sizes.append(len(batch))
             self.stats.audio_s += sum(len(it.audio) for it in batch) / self.engine.sample_rate
             self.stats.busy_s += time.perf_counter() - t0
-            for it, words in zip(batch, results, strict=True):
-                it.loop.call_soon_threadsafe(_settle, it.future, words, None)
+            _hand_back(batch, results, None)
+
+
+def _hand_back(batch: list[_Item], results: Sequence[list[Word] | None], exc: BaseException | None) -> None:
+    """Settle a batch's futures: one wake-up per event loop, not one per window."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[list[Word]], list[Word] | None]]] = {}
+    for it, words in zip(batch, results, strict=True):
+        by_loop.setdefault(it.loop, []).append((it.future, words))
+    for loop, settled in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for these
+            loop.call_soon_threadsafe(_settle_all, settled, exc)
+
+
+def _settle_all(settled: list[tuple[asyncio.Future[list[Word]], list[Word] | None]],
+                exc: BaseException | None) -> None:
+    for future, words in settled:
+        _settle(future, words, exc)
 
 
 def _settle(future: asyncio.Future[list[Word]], words: list[Word] | None, exc: BaseException | None) -> None:
