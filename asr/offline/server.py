@@ -174,8 +174,8 @@ class TranscriptionServer:
         upload: Upload | None = None
         early: _Early | None = None
         try:
-            # Only an upload that can hold pipeline_min_s of PCM (4 kHz, 8 bits at the least) is watched.
-            long_enough = (request.content_length or 0) >= self.options.pipeline_min_s * MIN_SAMPLE_RATE
+            # Only an upload that can hold pipeline_min_s of 16 kbyte/s PCM (8 kHz 16-bit) is watched.
+            long_enough = (request.content_length or 0) >= self.options.pipeline_min_s * 16000
             progress = UploadProgress() if long_enough and hasattr(self.transcriber.batcher, "stream_parts") else None
             reading = asyncio.ensure_future(read_upload(request, int(self.options.max_upload_mb * 1e6),
                                                         self.options.tmp_dir, progress))

@@ -55,13 +55,15 @@ class UploadProgress:
         self.fields: dict[str, list[str]] = {}
         self.written = 0
         self.done = False
+        self._need = 0  # bytes the reader waits for
         self.started = asyncio.get_running_loop().create_future()
         self._cond = threading.Condition()
 
     def advance(self, written: int) -> None:
         with self._cond:
             self.written = written
-            self._cond.notify_all()
+            if written >= self._need:  # wake the reader only once what it waits for is there
+                self._cond.notify_all()
         if written >= self.HEAD_BYTES and not self.started.done():
             self.started.set_result(None)
 
@@ -77,7 +79,9 @@ class UploadProgress:
 
     def wait_for(self, n: int) -> bool:
         with self._cond:
+            self._need = n
             self._cond.wait_for(lambda: self.done or self.written >= n)
+            self._need = 0
             return self.written >= n
 
 
