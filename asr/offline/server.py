@@ -249,15 +249,17 @@ class TranscriptionServer:
                             params: Params) -> web.StreamResponse | None:
         """The early transcript, if the finished upload is what its start said; None: do it the usual way."""
         info = await asyncio.to_thread(probe, upload.path)
-        if params.stream or params.language != early.language or info is None or (
-                info.rate, info.channels, info.frames, info.subtype) != (
-                early.info.rate, early.info.channels, early.info.frames, early.info.subtype):
-            return None
         try:
+            if params.stream or params.language != early.language or info is None or (
+                    info.rate, info.channels, info.frames, info.subtype) != (
+                    early.info.rate, early.info.channels, early.info.frames, early.info.subtype):
+                raise AudioFileError("not what its header said")
             check_header(info, upload.size, self.options.max_audio_s)
             transcript = await while_connected(request, early.task)
-        except AudioFileError:
-            return None  # the usual path says what is wrong, as it always has
+        except AudioFileError:  # the usual path answers (and says what is wrong, as it always has)
+            early.task.cancel()  # its windows and its share of the audio budget go first
+            await asyncio.gather(early.task, return_exceptions=True)
+            return None
         return _answer(transcript, params, early.timings)
 
     async def _transcribe(self, request: web.Request, upload: Upload, params: Params) -> web.StreamResponse:

@@ -8,6 +8,7 @@ same files through both designs, and every body must be byte for byte the same.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -272,21 +273,16 @@ def test_a_slow_wav_upload_is_transcribed_while_it_arrives(tmp_path: Path, files
 
     audio = np.resize(decode_file(files[0]), 300 * 16000)
     wav = write_audio(tmp_path / "five.wav", audio, 16000)
-    boundary = "slow-upload-boundary"
-    body = (f'--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper-1\r\n'
-            f'--{boundary}\r\nContent-Disposition: form-data; name="response_format"\r\n\r\nverbose_json\r\n'
-            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="five.wav"\r\n\r\n').encode()
-    body += wav.read_bytes() + f"\r\n--{boundary}--\r\n".encode()
+    body = multipart(wav.read_bytes(), {"model": "whisper-1", "response_format": "verbose_json"})
     sent: list[float] = []
 
     async def slowly():  # type: ignore[no-untyped-def]
-        for k in range(0, len(body), 256 * 1024):
-            yield body[k:k + 256 * 1024]
-            await asyncio.sleep(0.03)
+        async for piece in slow(body):
+            yield piece
         sent.append(time.monotonic())
 
     async def run() -> tuple[str, str, str]:
-        headers = {"Content-Type": f"multipart/form-data; boundary={boundary}", "Content-Length": str(len(body))}
+        headers = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}", "Content-Length": str(len(body))}
         out = []
         async with ClientSession() as session:
             for start, kw, fast in ((serve, {"options": ServerOptions(pipeline_min_s=1e9)}, True),
@@ -303,3 +299,61 @@ def test_a_slow_wav_upload_is_transcribed_while_it_arrives(tmp_path: Path, files
 
     whole, early, worker = asyncio.run(run())
     assert '"segments"' in whole and len(whole) > 1000 and early == whole and worker == whole
+
+
+BOUNDARY = "slow-upload-boundary"
+
+
+def multipart(audio: bytes, before: dict[str, str], after: dict[str, str] | None = None) -> bytes:
+    """A multipart body: ``before`` fields, the file (``five.wav``), ``after`` fields."""
+    def field(k: str, v: str) -> bytes:
+        return f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+
+    head = b"".join(field(k, v) for k, v in before.items())
+    head += f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="five.wav"\r\n\r\n'.encode()
+    tail = b"\r\n" + b"".join(field(k, v) for k, v in (after or {}).items()) + f"--{BOUNDARY}--\r\n".encode()
+    return head + audio + tail
+
+
+async def slow(body: bytes):  # type: ignore[no-untyped-def]
+    for k in range(0, len(body), 256 * 1024):
+        yield body[k:k + 256 * 1024]
+        await asyncio.sleep(0.03)
+
+
+def test_an_early_start_that_the_finished_upload_contradicts_is_dropped(tmp_path: Path, files: list[Path],
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """A language field after the file, a WAV shorter than its header says: the early transcript is
+    dropped and the usual path answers, as a server that waits for the whole upload does."""
+    pytest.importorskip("transformers")
+    from asr.offline.decode import decode_file
+    from asr.offline.engine_factory import make_engine
+    from asr.offline.window_engine import EngineSpec
+    from asr.parakeet.tiny import make_tiny_checkpoint
+    from testkit.offline_audio import write_audio
+
+    engine = make_engine(EngineSpec(engine="parakeet", model=str(make_tiny_checkpoint(tmp_path / "tiny")),
+                                    device="cpu", name="whisper-1"))
+    wav = write_audio(tmp_path / "five.wav", np.resize(decode_file(files[0]), 200 * 16000), 16000).read_bytes()
+    bodies = [multipart(wav, {"model": "whisper-1"}, {"language": "en"}),  # the language comes too late
+              multipart(wav[: len(wav) * 2 // 3], {"model": "whisper-1"})]  # the header promises more
+
+    async def run() -> dict[str, list[tuple[int, str]]]:
+        out: dict[str, list[tuple[int, str]]] = {"whole": [], "early": []}
+        async with ClientSession() as session:
+            for name, options in (("whole", ServerOptions(pipeline_min_s=1e9)), ("early", ServerOptions())):
+                async with running(serve, engine, options=options) as url:
+                    for body in bodies:
+                        headers = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}",
+                                   "Content-Length": str(len(body))}
+                        data = body if name == "whole" else slow(body)
+                        async with session.post(url + "/v1/audio/transcriptions", data=data, headers=headers) as r:
+                            out[name].append((r.status, await r.text()))
+                    health = await (await session.get(url + "/health")).json()
+                    assert health["queued_windows"] == 0 and health["inflight"] == 0
+        return out
+
+    caplog.set_level(logging.DEBUG, logger="cadence.transcribe_server")
+    got = asyncio.run(run())
+    assert got["early"] == got["whole"] and got["whole"][0][0] == 200, got["whole"]
+    assert sum("while it uploads" in r.getMessage() for r in caplog.records) == 2  # both started early
