@@ -103,9 +103,10 @@ class OfflineTranscriber:
         t0 = time.perf_counter()
 
         async def parts() -> AsyncIterator[list[np.ndarray]]:
-            async for part in _planned(decode, self.engine, timings, t0):
-                windows.extend(part)
-                yield [w.audio(decode.audio) for w in part]
+            async with aclosing(_planned(decode, self.engine, timings, t0)) as planned:  # stops the thread
+                async for part in planned:
+                    windows.extend(part)
+                    yield [w.audio(decode.audio) for w in part]
 
         words = [ws async for ws in self.batcher.stream_parts(parts(), language)]
         timings.asr_s = time.perf_counter() - t0 - timings.decode_s

@@ -357,3 +357,37 @@ def test_an_early_start_that_the_finished_upload_contradicts_is_dropped(tmp_path
     got = asyncio.run(run())
     assert got["early"] == got["whole"] and got["whole"][0][0] == 200, got["whole"]
     assert sum("while it uploads" in r.getMessage() for r in caplog.records) == 2  # both started early
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_client_leaving_a_long_file_withdraws_its_windows(tmp_path: Path, files: list[Path], workers: int) -> None:
+    """A 10 min file on an engine that takes 0.5 s per batch of 4: the client leaves after 0.7 s; its
+    queued windows are withdrawn (most never run), nothing stays held, no segment is left behind."""
+    from asr.offline.decode import decode_file
+    from asr.offline.plan import PlanOptions, plan_windows
+    from testkit.offline_audio import write_audio
+
+    audio = np.resize(decode_file(files[0]), 600 * 16000)
+    planned = len(plan_windows(audio, 16000, PlanOptions()))
+    wav = write_audio(tmp_path / "five.wav", audio, 16000)
+    body = multipart(wav.read_bytes(), {"model": "slow"})
+    headers = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+
+    async def run() -> dict[str, Any]:
+        start, kw = (serve, {}) if workers == 0 else (serve_workers, {"workers": workers})
+        async with running(start, SlowEngine(0.5), **kw) as url, ClientSession() as session:
+            post = asyncio.ensure_future(session.post(url + "/v1/audio/transcriptions", data=body, headers=headers))
+            await asyncio.sleep(0.7)
+            post.cancel()
+            await asyncio.gather(post, return_exceptions=True)
+            for _ in range(50):
+                health = await (await session.get(url + "/health")).json()
+                if not health["inflight"] and not health["queued_windows"]:
+                    break
+                await asyncio.sleep(0.1)
+            return health
+
+    health = asyncio.run(run())
+    assert health["inflight"] == 0 and health["queued_windows"] == 0, health
+    assert 0 < health["windows"] <= planned // 2, (health, planned)
+    assert not list(SHM_DIR.glob(segment_prefix(os.getpid()) + "*"))
