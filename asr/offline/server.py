@@ -177,18 +177,11 @@ class TranscriptionServer:
             # Only an upload that can hold pipeline_min_s of 16 kbyte/s PCM (8 kHz 16-bit) is watched.
             long_enough = (request.content_length or 0) >= self.options.pipeline_min_s * 16000
             progress = UploadProgress() if long_enough and hasattr(self.transcriber.batcher, "stream_parts") else None
-            reading = asyncio.ensure_future(read_upload(request, int(self.options.max_upload_mb * 1e6),
-                                                        self.options.tmp_dir, progress))
-            try:
-                if progress is not None:
-                    await asyncio.wait({reading, progress.started}, return_when=asyncio.FIRST_COMPLETED)
-                    if not reading.done():
-                        early = self._start_early(progress)
-                upload = await reading
-            finally:
-                if not reading.done():
-                    reading.cancel()
-                    await asyncio.gather(reading, return_exceptions=True)
+            max_bytes = int(self.options.max_upload_mb * 1e6)
+            if progress is None:
+                upload = await read_upload(request, max_bytes, self.options.tmp_dir)
+            else:
+                early, upload = await self._read_watching(request, max_bytes, progress)
             params = parse_params(upload, self.model_names, self.transcriber.engine.languages)
             if early is not None:
                 answer = await self._finish_early(request, early, upload, params)
@@ -205,6 +198,26 @@ class TranscriptionServer:
             self.inflight.leave()
             if upload is not None:
                 upload.cleanup()
+
+    async def _read_watching(self, request: web.Request, max_bytes: int,
+                             progress: UploadProgress) -> tuple[_Early | None, Upload]:
+        """The upload, and the early start of its transcript once its head is on disk (if it qualifies)."""
+        reading = asyncio.ensure_future(read_upload(request, max_bytes, self.options.tmp_dir, progress))
+        early = None
+        try:
+            await asyncio.wait({reading, progress.started}, return_when=asyncio.FIRST_COMPLETED)
+            if not reading.done():
+                early = self._start_early(progress)
+            return early, await reading
+        except BaseException:
+            if early is not None:
+                early.task.cancel()
+                await asyncio.gather(early.task, return_exceptions=True)
+            raise
+        finally:
+            if not reading.done():
+                reading.cancel()
+                await asyncio.gather(reading, return_exceptions=True)
 
     def _start_early(self, progress: UploadProgress) -> _Early | None:
         """A long PCM WAV upload whose fields came first: start on its windows while the rest arrives.
