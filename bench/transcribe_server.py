@@ -17,11 +17,15 @@ flight, the leaderboard-like length mix (1-35 s, mean ~7 s, like LibriSpeech tes
 audio s per wall s through HTTP, the engine's own RTFx at the same lengths measured in the same run
 (the server process, before it serves: the same windows, batched by length, engine calls timed
 alone), their ratio, p50/p90 latency, and the server's CPU seconds (engine process + host workers)
-per audio hour. Clients are ``--clients`` processes (default 4 on CUDA) so the load generator is
+per audio hour, and the engine's busy share of the wall time (``engine_busy_frac``: below 1 the engine
+waited on the host; ``engine_busy_s`` against the engine-alone wall: batches worse than alone). Clients are ``--clients`` processes (default 4 on CUDA) so the load generator is
 not the limit (``client_cpu_s`` says how busy they were).
 
 The host path alone (``--engine null``: no model, words made up at once), any machine:
     python3 bench/transcribe_server.py --engine null --plan "10:64;3600:4" --workers 8
+With a GPU stand-in that takes time but no CPU (``--engine sleep``: the fast backend's profile
+replays slept at ``--sleep-rtfx``), whether the host path keeps an engine busy, on a CPU box:
+    python3 bench/transcribe_server.py --engine sleep --sleep-rtfx 6000 --plan "3600:4" --workers 2
 
 CPU, embedded Whisper tiny.en (the server's defaults: one process):
     python3 bench/transcribe_server.py
@@ -133,9 +137,36 @@ class NullEngine:
         return [[Word(k * 0.4, k * 0.4 + 0.3, f" w{k}") for k in range(int(len(w) / 16000 * 2.5))] for w in windows]
 
 
+class SleepEngine(NullEngine):
+    """A GPU stand-in for CPU runs: the null engine's words after a sleep (the GIL released, no CPU) as
+    long as the fast Parakeet backend's profile replays take at ``rtfx``: each 10/20/30 s profile the
+    batch touches replays at its whole batch of 64, a full batch of windows as long as the profile
+    running ``rtfx`` times faster than real time. It names length classes as the fast backend does."""
+
+    name = "sleep"
+    PROFILES = (1024, 2048, 3008)  # feature frames (hop 160): default_profiles'
+
+    def __init__(self, rtfx: float) -> None:
+        super().__init__()
+        self.rtfx = rtfx
+
+    def length_class(self, samples: int) -> int:
+        frames = int(samples) // 160 + 1
+        return next((f for f in self.PROFILES if f >= frames), self.PROFILES[-1])
+
+    def transcribe_windows(self, windows: list[Any], language: str | None) -> list[list[Any]]:
+        counts: dict[int, int] = {}
+        for w in windows:
+            counts[self.length_class(len(w))] = counts.get(self.length_class(len(w)), 0) + 1
+        time.sleep(sum(f * 160 / 16000 * 64 / self.rtfx * math.ceil(n / 64) for f, n in counts.items()))
+        return super().transcribe_windows(windows, language)
+
+
 def build_engine(args: argparse.Namespace) -> Any:
     if args.engine == "null":
         return NullEngine()
+    if args.engine == "sleep":
+        return SleepEngine(args.sleep_rtfx)
     from agent.models import resolve_engine_spec
     from asr.offline.engine_factory import make_engine
     from asr.offline.window_engine import EngineSpec
@@ -211,7 +242,7 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str, 
            "--encoder-backend", args.encoder_backend, "--parakeet-backend", args.parakeet_backend,
            "--profiles", args.profiles, "--max-inflight", str(args.max_inflight),
            "--max-audio-held-s", str(args.max_audio_held_s), "--min-audio-s", str(args.min_audio_s),
-           "--engine-plan", "" if args.no_engine_rtfx else args.plan]
+           "--engine-plan", "" if args.no_engine_rtfx else args.plan, "--sleep-rtfx", str(args.sleep_rtfx)]
     if args.workers is not None:
         cmd += ["--workers", str(args.workers)]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
@@ -263,8 +294,10 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--engine", default=None, choices=("whisper", "parakeet", "null"),
-                    help="default: parakeet on CUDA, whisper on the CPU; null: no model (the host path alone)")
+    ap.add_argument("--engine", default=None, choices=("whisper", "parakeet", "null", "sleep"),
+                    help="default: parakeet on CUDA, whisper on the CPU; null: no model (the host path alone); "
+                         "sleep: a GPU stand-in (SleepEngine: profile replays slept at --sleep-rtfx)")
+    ap.add_argument("--sleep-rtfx", type=float, default=6000.0, help="the sleep engine's speed (full batches)")
     ap.add_argument("--model", default=None, help="whisper: CTranslate2 dir; parakeet: checkpoint (folder or .nemo) "
                                                   "or random-v3 (the default for parakeet)")
     ap.add_argument("--dtype", default=None, help="parakeet: float32 | bfloat16 (default: bfloat16 on CUDA)")
@@ -340,12 +373,16 @@ def main() -> None:
                 row["engine_process_cpu_s"] = round(own1 - own0, 2)  # the rest is the host workers'
                 batches = after["batches"] - before["batches"]
                 row["windows_per_batch"] = round((after["windows"] - before["windows"]) / batches, 2) if batches else 0
+                if "engine_busy_s" in after:  # the engine's time in its calls, against the level's wall time
+                    busy = after["engine_busy_s"] - before["engine_busy_s"]
+                    row["engine_busy_s"], row["engine_busy_frac"] = round(busy, 3), round(busy / run["wall_s"], 3)
                 rows.append(row)
                 save(name, data, args.out)  # partial results survive a run cut short
                 print(f"{key:>6} clips x{c:<4d}: {row['audio_s_per_wall_s']:9.1f} audio s/s  "
                       f"p50 {row['latency_p50_s'] * 1000:8.1f} ms  p90 {row['latency_p90_s'] * 1000:8.1f} ms  "
                       f"{row['server_cpu_s_per_audio_h']:7.1f} server cpu s/audio h  "
-                      f"batch {row['windows_per_batch']:5.2f}  client cpu {row['client_cpu_s']:.2f} s", flush=True)
+                      f"batch {row['windows_per_batch']:5.2f}  engine busy {row.get('engine_busy_frac', 0):.2f}  "
+                      f"client cpu {row['client_cpu_s']:.2f} s", flush=True)
     finally:
         clients.close()
         proc.terminate()

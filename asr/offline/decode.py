@@ -19,6 +19,7 @@ import os
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -110,6 +111,55 @@ def decode_range(path: str, info: AudioInfo, start: int, stop: int | None, out_r
     return out[skip:skip + keep]
 
 
+@dataclass(frozen=True)
+class PcmLayout:
+    """Where a PCM WAV file's samples lie: frame k at ``data_offset + k * block_align``."""
+
+    data_offset: int
+    block_align: int
+
+
+WAV_SUBTYPES = {(1, 8): "PCM_U8", (1, 16): "PCM_16", (1, 24): "PCM_24", (1, 32): "PCM_32", (3, 32): "FLOAT",
+                (3, 64): "DOUBLE"}
+
+
+def wav_head(head: bytes) -> tuple[AudioInfo, PcmLayout] | None:
+    """What a PCM WAV file's first bytes say (rate, channels, frames from the data chunk's size, where
+    the samples lie), for reading it while it is still arriving; None for anything else."""
+    import struct
+
+    if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return None
+    pos, fmt = 12, None
+    while pos + 8 <= len(head):
+        cid, size = head[pos:pos + 4], struct.unpack_from("<I", head, pos + 4)[0]
+        body = pos + 8
+        if cid == b"fmt " and body + 16 <= len(head):
+            tag, channels, rate, _, align, bits = struct.unpack_from("<HHIIHH", head, body)
+            if tag == 0xFFFE and size >= 40 and body + 26 <= len(head):
+                tag = struct.unpack_from("<H", head, body + 24)[0]  # the sub-format's first two bytes
+            fmt = (tag, channels, rate, align, bits)
+        elif cid == b"data":
+            if fmt is None:
+                return None
+            tag, channels, rate, align, bits = fmt
+            subtype = WAV_SUBTYPES.get((tag, bits))
+            if subtype is None or channels <= 0 or rate <= 0 or align != channels * bits // 8:
+                return None
+            info = AudioInfo(rate, channels, size // align, "WAV", subtype)
+            return info, PcmLayout(body, align)
+        pos = body + size + (size & 1)
+    return None
+
+
+def open_arriving(path: str | Path, info: AudioInfo, layout: PcmLayout, arriving: Any, out_rate: int = 16000, *,
+                  chunk_s: float = 60.0, overlap_s: float = 0.25, pool: Executor | None = None) -> DecodeStream:
+    """A ``DecodeStream`` of a PCM WAV upload still arriving (``arriving``: ``upload.UploadProgress``):
+    each range decodes once its bytes are on disk. The caller checks the finished file against
+    ``info`` (the same as ``probe`` then says) before trusting the result."""
+    return DecodeStream(Path(path), info, out_rate, chunk_s, overlap_s, pool, None, 0, layout, arriving)
+
+
 class AudioTooLongError(AudioFileError):
     """The audio is longer than the caller allows."""
 
@@ -144,6 +194,12 @@ def _check_plausible(seconds: float, info: AudioInfo | None, size_bytes: int) ->
                              f"({limit:.0f} s)")
 
 
+def check_header(info: AudioInfo, size_bytes: int, max_seconds: float | None) -> None:
+    """What ``decode_file`` checks of a header before decoding (``AudioFileError``, ``AudioTooLongError``)."""
+    _check_plausible(info.duration, info, size_bytes)
+    _check_length(info.duration, max_seconds)
+
+
 def _check_length(seconds: float, max_seconds: float | None) -> None:
     if max_seconds is not None and seconds > max_seconds:
         raise AudioTooLongError(f"the audio lasts {seconds:.0f} s; the limit is {max_seconds:.0f} s")
@@ -156,37 +212,114 @@ def decode_file(path: str | Path, out_rate: int = 16000, *, chunk_s: float = 60.
     ``max_seconds`` is checked from the header before decoding where libsndfile reads the
     file, after decoding otherwise.
     """
+    stream = open_decode(path, out_rate, chunk_s=chunk_s, overlap_s=overlap_s, pool=pool, max_seconds=max_seconds)
+    for _ in stream:
+        pass
+    return stream.audio
+
+
+class DecodeStream:
+    """A file decoded range by range, in order, into one buffer: iterate for the samples ready so far.
+
+    The ranges decode on the pool ahead of the reader; each step waits for the next range only, so
+    a consumer (the window planner) works on the start of an hour-long file while the rest decodes.
+    ``audio`` is the whole result once iteration ends (the same samples as one serial decode).
+    """
+
+    def __init__(self, path: Path, info: AudioInfo | None, out_rate: int, chunk_s: float, overlap_s: float,
+                 pool: Executor | None, max_seconds: float | None, size: int, layout: PcmLayout | None = None,
+                 arriving: Any = None) -> None:
+        self.path, self.info, self.out_rate = path, info, out_rate
+        self.max_seconds, self.size = max_seconds, size
+        self.chunk_s, self.overlap_s, self.pool = chunk_s, overlap_s, pool
+        self.layout, self.arriving = layout, arriving
+        self.audio = np.zeros(0, np.float32)
+
+    def _bytes_for(self, frames: int) -> int:
+        assert self.layout is not None
+        return self.layout.data_offset + frames * self.layout.block_align
+
+    def _present(self, frames: int) -> bool:
+        """Input frames ``[0, frames)`` are on disk (always, unless the file is still arriving)."""
+        return self.arriving is None or self.arriving.has(self._bytes_for(frames))
+
+    def _wait(self, frames: int) -> None:
+        if self.arriving is not None and not self.arriving.wait_for(self._bytes_for(frames)):
+            raise AudioFileError("the upload ended before the audio its header announced")
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        info, p, out_rate = self.info, self.path, self.out_rate
+        if info is None:
+            audio = _decode_with_pyav(p, out_rate)
+            _check_plausible(len(audio) / out_rate, None, self.size)
+            _check_length(len(audio) / out_rate, self.max_seconds)
+            self.audio = audio
+            yield len(audio)
+            return
+        period = info.rate // math.gcd(info.rate, out_rate)
+        chunk = max(period, int(self.chunk_s * info.rate) // period * period)
+        overlap = int(math.ceil(self.overlap_s * info.rate / period)) * period
+        starts = list(range(0, max(info.frames, 1), chunk))
+        try:
+            if len(starts) == 1:
+                self._wait(info.frames)
+                self.audio = decode_range(str(p), info, 0, None, out_rate, 0)
+                if self.audio.size == 0:
+                    raise AudioFileError("the audio stream holds no samples")
+                yield len(self.audio)
+                return
+            pool = self.pool or decode_pool()
+            jobs: list[Any] = []
+
+            def submit(upto: int) -> None:
+                """Submit ranges in order: up to ``upto`` (waiting for their bytes), then any already on disk."""
+                while len(jobs) < len(starts):
+                    i = len(jobs)
+                    last = i == len(starts) - 1
+                    needed = info.frames if last else min(info.frames, starts[i] + chunk + overlap)
+                    if i > upto and not self._present(needed):
+                        return
+                    self._wait(needed)
+                    jobs.append(pool.submit(decode_range, str(p), info, starts[i], None if last else starts[i] + chunk,
+                                            out_rate, overlap))
+
+            try:
+                buf = np.empty(resampled_length(info.frames, info.rate, out_rate) + 64, np.float32)
+                n = 0
+                for i in range(len(starts)):
+                    submit(i)
+                    part = jobs[i].result()
+                    if n + len(part) > len(buf):  # longer than the header said: grow
+                        buf = np.concatenate([buf[:n], np.empty(n + len(part) - len(buf) + len(buf) // 4, np.float32)])
+                    buf[n:n + len(part)] = part
+                    n += len(part)
+                    self.audio = buf[:n]
+                    if n:
+                        yield n
+            finally:
+                for job in jobs:
+                    job.cancel()
+        except (RuntimeError, ValueError) as exc:  # libsndfile errors on a truncated or corrupt body
+            raise AudioFileError(f"not a readable audio file ({exc})") from None
+        if self.audio.size == 0:
+            raise AudioFileError("the audio stream holds no samples")
+
+
+def open_decode(path: str | Path, out_rate: int = 16000, *, chunk_s: float = 60.0, overlap_s: float = 0.25,
+                pool: Executor | None = None, max_seconds: float | None = None) -> DecodeStream:
+    """``decode_file`` as a ``DecodeStream``: checks the file and its header now (``AudioFileError``,
+    ``AudioTooLongError``), decodes as it is iterated."""
     p = Path(path)
     if not p.is_file():
         raise AudioFileError(f"{p.name}: no such file")
-    if p.stat().st_size == 0:
-        raise AudioFileError("the file is empty (0 bytes)")
     size = p.stat().st_size
+    if size == 0:
+        raise AudioFileError("the file is empty (0 bytes)")
     info = probe(p)
-    if info is None:
-        audio = _decode_with_pyav(p, out_rate)
-        _check_plausible(len(audio) / out_rate, None, size)
-        _check_length(len(audio) / out_rate, max_seconds)
-        return audio
-    _check_plausible(info.duration, info, size)
-    _check_length(info.duration, max_seconds)
-    period = info.rate // math.gcd(info.rate, out_rate)
-    chunk = max(period, int(chunk_s * info.rate) // period * period)
-    overlap = int(math.ceil(overlap_s * info.rate / period)) * period
-    starts = list(range(0, max(info.frames, 1), chunk))
-    try:
-        if len(starts) == 1:
-            audio = decode_range(str(p), info, 0, None, out_rate, 0)
-        else:
-            pool = pool or decode_pool()
-            jobs = [pool.submit(decode_range, str(p), info, a, a + chunk if i < len(starts) - 1 else None,
-                                out_rate, overlap) for i, a in enumerate(starts)]
-            audio = np.concatenate([j.result() for j in jobs])
-    except (RuntimeError, ValueError) as exc:  # libsndfile errors on a truncated or corrupt body
-        raise AudioFileError(f"not a readable audio file ({exc})") from None
-    if audio.size == 0:
-        raise AudioFileError("the audio stream holds no samples")
-    return audio
+    if info is not None:
+        _check_plausible(info.duration, info, size)
+        _check_length(info.duration, max_seconds)
+    return DecodeStream(p, info, out_rate, chunk_s, overlap_s, pool, max_seconds, size)
 
 
 def _decode_with_pyav(path: Path, out_rate: int) -> np.ndarray:

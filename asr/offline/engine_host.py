@@ -18,7 +18,7 @@ from typing import Any
 
 from asr.offline.audio_budget import AudioBudget
 from asr.offline.ipc import frame, receive, send
-from asr.offline.shm_audio import map_windows
+from asr.offline.shm_audio import map_windows, unlink
 from asr.offline.window_batcher import WindowBatcher
 
 log = logging.getLogger("cadence.transcribe_server")
@@ -39,11 +39,13 @@ class EngineHost:
         """Answer one worker until its connection closes."""
         tasks: dict[int, asyncio.Task[None]] = {}
         held: dict[int, float] = {}  # reservations granted at once (no task)
+        parts: dict[int, asyncio.Queue[tuple[str, list[int]] | None]] = {}  # requests still sending parts
 
         def start(rid: int, work: Any) -> None:
             task = asyncio.ensure_future(work)
             tasks[rid] = task
-            task.add_done_callback(lambda _: tasks.pop(rid, None) if tasks.get(rid) is task else None)
+            task.add_done_callback(lambda _: (tasks.pop(rid, None), parts.pop(rid, None)) if tasks.get(rid) is task
+                                   else None)
 
         try:
             while True:
@@ -54,6 +56,17 @@ class EngineHost:
                 kind = msg[0]
                 if kind == "submit":
                     start(msg[1], self._submission(writer, *msg[1:]))
+                elif kind == "part":  # a request whose windows arrive in parts: the first one starts it
+                    if msg[1] not in parts:
+                        parts[msg[1]] = asyncio.Queue()
+                        start(msg[1], self._parts(writer, msg[1], parts[msg[1]], msg[4]))
+                    parts[msg[1]].put_nowait((msg[2], msg[3]))
+                elif kind == "close":
+                    queue = parts.pop(msg[1], None)
+                    if queue is not None:
+                        queue.put_nowait(None)
+                    else:  # no part at all: nothing to transcribe
+                        send(writer, ("end", msg[1]))
                 elif kind == "reserve":
                     if self.budget.try_take(msg[2]):
                         held[msg[1]] = msg[2]
@@ -62,6 +75,7 @@ class EngineHost:
                         start(msg[1], self._reservation(writer, msg[1], msg[2]))
                 elif kind == "cancel":
                     task = tasks.pop(msg[1], None)
+                    parts.pop(msg[1], None)
                     if task is not None:
                         task.cancel()
                     seconds = held.pop(msg[1], None)
@@ -87,6 +101,30 @@ class EngineHost:
         async with self.budget.reserve(seconds):
             send(writer, ("granted", rid))
             await asyncio.Event().wait()  # held until the worker cancels it (or goes away)
+
+    async def _parts(self, writer: asyncio.StreamWriter, rid: int, queue: asyncio.Queue[Any],
+                     language: str | None) -> None:
+        async def windows() -> Any:
+            while (part := await queue.get()) is not None:
+                segment, lengths = part
+                if sum(lengths) > MAP_IN_THREAD_SAMPLES:
+                    yield await asyncio.to_thread(map_windows, segment, lengths)
+                else:
+                    yield map_windows(segment, lengths)
+
+        try:
+            async for words in self.batcher.stream_parts(windows(), language):
+                send(writer, ("words", rid, [(w.start, w.end, w.text) for w in words]))
+            send(writer, ("end", rid))
+        except asyncio.CancelledError:
+            while not queue.empty():  # segments never mapped: remove them
+                part = queue.get_nowait()
+                if part is not None:
+                    unlink(part[0])
+            raise
+        except Exception as exc:
+            log.exception("transcription failed in the engine process")
+            send(writer, ("error", rid, f"{type(exc).__name__}: {exc}"))
 
     async def _submission(self, writer: asyncio.StreamWriter, rid: int, segment: str, lengths: list[int],
                           language: str | None) -> None:

@@ -4,8 +4,9 @@ Both ends are Cadence's own processes (a socket pair made by the engine process)
 safe here; the audio itself never travels on the socket (``shm_audio``).
 
 Worker -> engine: ``("ready", index)``, ``("reserve", rid, seconds)`` (the audio budget),
-``("submit", rid, segment, lengths, language)``, ``("cancel", rid)`` (ends a reservation or
-withdraws a submission), ``("stats", rid)``. Engine -> worker: ``("config", dict)`` first, then
+``("submit", rid, segment, lengths, language)``, or for a file sent as it decodes
+``("part", rid, segment, lengths, language)`` per range and ``("close", rid)`` after the last,
+``("cancel", rid)`` (ends a reservation or withdraws a submission), ``("stats", rid)``. Engine -> worker: ``("config", dict)`` first, then
 ``("granted", rid)``, ``("words", rid, [(start, end, text), ...])`` once per window in order,
 ``("end", rid)``, ``("error", rid, message)``, ``("stats", rid, dict)``.
 """

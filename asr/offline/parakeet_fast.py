@@ -107,6 +107,12 @@ class FastParakeetWindowEngine:
         engine.warmup(full=spec.device.startswith("cuda"))
         return engine
 
+    def length_class(self, samples: int) -> int:
+        """The frames of the shortest profile that holds a window of ``samples`` (the batcher groups by it:
+        every profile runs at its whole batch, so a batch spanning two profiles costs two runs)."""
+        frames = int(samples) // HOP + 1
+        return next((p for p in sorted(x.frames for x in self.transcriber.profiles) if p >= frames), 1 << 30)
+
     def warmup(self, full: bool = True) -> None:
         """Build every profile (``full``: at its whole batch, so graphs and decoders exist before serving)."""
         import torch

@@ -77,11 +77,22 @@ class Window:
         return np.concatenate([samples[p.start:p.stop] for p in self.pieces])
 
 
+BLOCK_FRAMES = 1024  # frame_db sums power in blocks at multiples of this from its first frame
+
+
 def frame_db(audio: np.ndarray, frame: int) -> np.ndarray:
-    """RMS level of each whole frame in dBFS (the tail shorter than a frame is its own frame)."""
+    """RMS level of each whole frame in dBFS (the tail shorter than a frame is its own frame).
+
+    Frames are summed in blocks of ``BLOCK_FRAMES``, so a prefix of whole blocks gives the same
+    levels alone as inside the whole (what ``PlanStream`` relies on).
+    """
     n = len(audio) // frame
-    body = audio[: n * frame].reshape(n, frame) if n else np.zeros((0, frame), np.float32)
-    power = np.einsum("ij,ij->i", body, body, dtype=np.float64) / frame
+    parts = []
+    for a in range(0, n, BLOCK_FRAMES):
+        b = min(n, a + BLOCK_FRAMES)
+        body = audio[a * frame:b * frame].reshape(b - a, frame)
+        parts.append(np.einsum("ij,ij->i", body, body, dtype=np.float64))
+    power = (np.concatenate(parts) if parts else np.zeros(0, np.float64)) / frame
     if len(audio) > n * frame:
         tail = audio[n * frame:]
         power = np.append(power, float(np.dot(tail, tail)) / len(tail))
@@ -91,17 +102,23 @@ def frame_db(audio: np.ndarray, frame: int) -> np.ndarray:
 def voiced_regions(audio: np.ndarray, rate: int, opts: PlanOptions) -> list[tuple[int, int]]:
     """Sample ranges with sound above ``silence_db``, padded and merged."""
     frame = int(rate * FRAME_S)
-    loud = frame_db(audio, frame) > opts.silence_db
+    return _regions(frame_db(audio, frame) > opts.silence_db, frame, len(audio), rate, opts)
+
+
+def _regions(loud: np.ndarray, frame: int, length: int, rate: int, opts: PlanOptions,
+             first: int = 0) -> list[tuple[int, int]]:
+    """``voiced_regions`` from each frame's loudness (``loud[0]`` is frame ``first``; ``length``: the
+    samples of the whole file known)."""
     if not loud.any():
         return []
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], loud.view(np.int8), [0]))))
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], loud.view(np.int8), [0])))) + first
     starts, stops = edges[0::2], edges[1::2]
     min_frames = max(1, int(round(opts.min_voiced_s / FRAME_S)))
     keep = (stops - starts) >= min_frames
     pad = int(opts.pad_s * rate)
     regions: list[tuple[int, int]] = []
     for a, b in zip(starts[keep] * frame, stops[keep] * frame, strict=True):
-        a, b = max(0, int(a) - pad), min(len(audio), int(b) + pad)
+        a, b = max(0, int(a) - pad), min(length, int(b) + pad)
         if regions and a <= regions[-1][1]:
             regions[-1] = (regions[-1][0], b)
         else:
@@ -143,3 +160,68 @@ def plan_windows(audio: np.ndarray, rate: int, opts: PlanOptions | None = None) 
     if current:
         windows.append(Window(tuple(current)))
     return windows
+
+
+class PlanStream:
+    """``plan_windows`` on audio that arrives in order: each window as soon as it is final.
+
+    ``feed(audio, n)`` is given the buffer with its first ``n`` samples known and returns the windows
+    no later sample can change; ``finish(audio)`` (the whole audio) returns the rest. Together they
+    are exactly ``plan_windows(audio)``: the same frames (scored in whole blocks), a voiced region only
+    once no later sound can merge into it (the next run starts more than twice the padding after
+    it), and a window only once the next piece does not fit it.
+    """
+
+    def __init__(self, rate: int, opts: PlanOptions | None = None) -> None:
+        self.rate, self.opts = rate, opts or PlanOptions()
+        self.frame = int(rate * FRAME_S)
+        self.pad = int(self.opts.pad_s * rate)
+        self.max_len = int(self.opts.max_window_s * rate)
+        self._loud: list[np.ndarray] = []
+        self._frames = 0  # frames scored (whole blocks)
+        self._base = 0  # frames before this belong to regions already split into pieces
+        self._current: list[Piece] = []
+
+    def feed(self, audio: np.ndarray, n: int) -> list[Window]:
+        block = BLOCK_FRAMES * self.frame
+        upto = n // block * BLOCK_FRAMES  # whole blocks known
+        if upto > self._frames:
+            levels = frame_db(audio[self._frames * self.frame:upto * self.frame], self.frame)
+            self._loud.append(levels > self.opts.silence_db)
+            self._frames = upto
+        if not self._loud:
+            return []
+        loud = np.concatenate(self._loud) if len(self._loud) > 1 else self._loud[0]
+        self._loud = [loud]
+        # A run still open at the end may go on; later runs start no earlier than the open one.
+        tail = loud[self._base:]
+        closed = len(loud)
+        if len(tail) and tail[-1]:
+            quiet = np.flatnonzero(~tail)
+            closed = self._base + (int(quiet[-1]) + 1 if len(quiet) else 0)
+        regions = _regions(loud[self._base:closed], self.frame, closed * self.frame, self.rate, self.opts,
+                           self._base)
+        final = [r for r in regions if r[1] < closed * self.frame - self.pad]
+        if final:  # the next region starts after the last run of the last final one
+            self._base = (final[-1][1] - self.pad) // self.frame
+        return self._pieces(audio, final)
+
+    def finish(self, audio: np.ndarray) -> list[Window]:
+        rest = frame_db(audio[self._frames * self.frame:], self.frame) > self.opts.silence_db
+        loud = np.concatenate([*self._loud, rest])
+        windows = self._pieces(audio, _regions(loud[self._base:], self.frame, len(audio), self.rate, self.opts,
+                                               self._base))
+        if self._current:
+            windows.append(Window(tuple(self._current)))
+            self._current = []
+        return windows
+
+    def _pieces(self, audio: np.ndarray, regions: list[tuple[int, int]]) -> list[Window]:
+        windows: list[Window] = []
+        for a, b in regions:
+            for piece in split_region(audio, self.rate, a, b, self.opts):
+                if self._current and sum(p.length for p in self._current) + piece.length > self.max_len:
+                    windows.append(Window(tuple(self._current)))
+                    self._current = []
+                self._current.append(piece)
+        return windows

@@ -140,7 +140,59 @@ class RemoteBatcher:
                 if segment is not None:
                     unlink(segment)  # not taken yet (a taken one is already unlinked)
 
-    async def health(self) -> dict[str, int]:
+    async def stream_parts(self, parts: AsyncIterator[Sequence[np.ndarray]],
+                           language: str | None) -> AsyncIterator[list[Word]]:
+        """``stream`` for windows that arrive in parts: one segment and one ``part`` message per part
+        (the engine queues its windows at once), ``close`` after the last; words in window order."""
+        rid, queue = self.link.open()
+        segments: list[str] = []
+        sent = 0
+
+        async def feed() -> None:
+            nonlocal sent
+            async for windows in parts:
+                if not windows:
+                    continue
+                if sum(len(w) for w in windows) > WRITE_IN_THREAD_SAMPLES:
+                    segment, lengths = await asyncio.to_thread(self.segments.write, windows)
+                else:
+                    segment, lengths = self.segments.write(windows)
+                segments.append(segment)
+                self.link.send(("part", rid, segment, lengths, language))
+                sent += len(windows)
+            self.link.send(("close", rid))
+
+        feeder = asyncio.ensure_future(feed())
+        wait: asyncio.Future[Any] | None = None
+        done = False
+        try:
+            while True:
+                if feeder.done() and not feeder.cancelled() and feeder.exception() is not None:
+                    feeder.result()  # the parts failed (a decode error): raise it
+                if wait is None:
+                    wait = asyncio.ensure_future(_answer(queue))
+                await asyncio.wait({wait} if feeder.done() else {wait, feeder}, return_when=asyncio.FIRST_COMPLETED)
+                if not wait.done():
+                    continue
+                got, wait = wait.result(), None
+                if got[0] == "end":
+                    break
+                yield [Word(s, e, t) for s, e, t in got[2]]
+            feeder.result()
+            done = True
+        finally:
+            for task in (wait, feeder):
+                if task is not None and not task.done():
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+            self.link.drop(rid)
+            if not done:
+                if not self.link.closed:
+                    self.link.send(("cancel", rid))
+                for segment in segments:
+                    unlink(segment)  # those not taken yet (a taken one is already unlinked)
+
+    async def health(self) -> dict[str, float]:
         rid, queue = self.link.open()
         try:
             self.link.send(("stats", rid))

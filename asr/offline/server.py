@@ -27,13 +27,25 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from asr.offline.audio_budget import AudioBudget
-from asr.offline.decode import AudioTooLongError, decode_file, plausible_seconds, probe
+from asr.offline.decode import (
+    MIN_SAMPLE_RATE,
+    AudioInfo,
+    AudioTooLongError,
+    PcmLayout,
+    check_header,
+    decode_file,
+    open_arriving,
+    open_decode,
+    plausible_seconds,
+    probe,
+    wav_head,
+)
 from asr.offline.errors import ApiError
 from asr.offline.formats import RESPONSE_FORMATS, render
 from asr.offline.inflight import LocalInflight
 from asr.offline.server_stream import POLL_S, ClientGone, client_gone, stream_transcript
 from asr.offline.transcriber import OfflineTranscriber, Timings, timings_header
-from asr.offline.upload import Upload, read_upload
+from asr.offline.upload import Upload, UploadProgress, read_upload
 from transports.audio_io import AudioFileError
 
 log = logging.getLogger("cadence.transcribe_server")
@@ -65,6 +77,8 @@ class ServerOptions:
     aliases: tuple[str, ...] = ("whisper-1",)  # model names answered besides the engine's own
     tmp_dir: str | None = None
     api_key: str = ""  # non-empty: /v1/* needs "Authorization: Bearer <api_key>"
+    # Files at least this long (by their header) go to the engine range by range as they decode.
+    pipeline_min_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -158,17 +172,108 @@ class TranscriptionServer:
             raise ApiError(429, f"the server is at its limit of {self.options.max_inflight} requests; retry later",
                            code="busy", headers={"Retry-After": "5"})
         upload: Upload | None = None
+        early: _Early | None = None
         try:
-            upload = await read_upload(request, int(self.options.max_upload_mb * 1e6), self.options.tmp_dir)
+            # Only an upload that can hold pipeline_min_s of 16 kbyte/s PCM (8 kHz 16-bit) is watched.
+            long_enough = (request.content_length or 0) >= self.options.pipeline_min_s * 16000
+            progress = UploadProgress() if long_enough and hasattr(self.transcriber.batcher, "stream_parts") else None
+            max_bytes = int(self.options.max_upload_mb * 1e6)
+            if progress is None:
+                upload = await read_upload(request, max_bytes, self.options.tmp_dir)
+            else:
+                early, upload = await self._read_watching(request, max_bytes, progress)
             params = parse_params(upload, self.model_names, self.transcriber.engine.languages)
+            if early is not None:
+                answer = await self._finish_early(request, early, upload, params)
+                if answer is not None:
+                    return answer
             return await self._transcribe(request, upload, params)
         except ClientGone:
             log.info("a client went away before its transcript was ready; its windows were withdrawn")
             return web.Response(status=499)  # nobody reads it
         finally:
+            if early is not None and not early.task.done():
+                early.task.cancel()
+                await asyncio.gather(early.task, return_exceptions=True)
             self.inflight.leave()
             if upload is not None:
                 upload.cleanup()
+
+    async def _read_watching(self, request: web.Request, max_bytes: int,
+                             progress: UploadProgress) -> tuple[_Early | None, Upload]:
+        """The upload, and the early start of its transcript once its head is on disk (if it qualifies)."""
+        reading = asyncio.ensure_future(read_upload(request, max_bytes, self.options.tmp_dir, progress))
+        early = None
+        try:
+            await asyncio.wait({reading, progress.started}, return_when=asyncio.FIRST_COMPLETED)
+            if not reading.done():
+                early = self._start_early(progress)
+            return early, await reading
+        except BaseException:
+            if early is not None:
+                early.task.cancel()
+                await asyncio.gather(early.task, return_exceptions=True)
+            raise
+        finally:
+            if not reading.done():
+                reading.cancel()
+                await asyncio.gather(reading, return_exceptions=True)
+
+    def _start_early(self, progress: UploadProgress) -> _Early | None:
+        """A long PCM WAV upload whose fields came first: start on its windows while the rest arrives.
+
+        Only where the answer cannot differ: the fields so far name this model, no stream, a language
+        served; ``_finish_early`` checks them again with the finished upload."""
+        assert progress.path is not None
+        try:
+            with open(progress.path, "rb") as f:
+                parsed = wav_head(f.read(progress.HEAD_BYTES))
+        except OSError:
+            return None
+        if parsed is None:
+            return None
+        info, layout = parsed
+        if not (max(self.options.pipeline_min_s, 0.0) <= info.duration <= self.options.max_audio_s
+                and info.rate >= MIN_SAMPLE_RATE):
+            return None
+        fields = progress.fields
+
+        def field(name: str, default: str) -> str:
+            return (fields.get(name) or [default])[-1].strip()
+
+        languages = self.transcriber.engine.languages
+        language = field("language", "").lower() or None
+        if (field("model", "") not in self.model_names or field("stream", "false").lower() in ("true", "1")
+                or (language is not None and languages is not None and language not in languages)):
+            return None
+        timings = Timings()
+        log.debug("%.0f s of WAV: transcribing while it uploads", info.duration)
+        task = asyncio.ensure_future(self._early(progress, info, layout, language, timings))
+        return _Early(task, info, language, timings)
+
+    async def _early(self, progress: UploadProgress, info: AudioInfo, layout: PcmLayout, language: str | None,
+                     timings: Timings) -> Any:
+        async with self.budget.reserve(min(info.duration, self.options.max_audio_s)):
+            assert progress.path is not None
+            decode = open_arriving(progress.path, info, layout, progress, self.transcriber.engine.sample_rate)
+            return await self.transcriber.transcribe_decode(decode, language, timings)
+
+    async def _finish_early(self, request: web.Request, early: _Early, upload: Upload,
+                            params: Params) -> web.StreamResponse | None:
+        """The early transcript, if the finished upload is what its start said; None: do it the usual way."""
+        info = await asyncio.to_thread(probe, upload.path)
+        try:
+            if params.stream or params.language != early.language or info is None or (
+                    info.rate, info.channels, info.frames, info.subtype) != (
+                    early.info.rate, early.info.channels, early.info.frames, early.info.subtype):
+                raise AudioFileError("not what its header said")
+            check_header(info, upload.size, self.options.max_audio_s)
+            transcript = await while_connected(request, early.task)
+        except AudioFileError:  # the usual path answers (and says what is wrong, as it always has)
+            early.task.cancel()  # its windows and its share of the audio budget go first
+            await asyncio.gather(early.task, return_exceptions=True)
+            return None
+        return _answer(transcript, params, early.timings)
 
     async def _transcribe(self, request: web.Request, upload: Upload, params: Params) -> web.StreamResponse:
         info = await asyncio.to_thread(probe, upload.path)
@@ -181,6 +286,9 @@ class TranscriptionServer:
                 raise ApiError(400, f"could not decode {upload.filename!r} as audio: {exc}", param="file",
                                code="invalid_audio") from None
         async with self.budget.reserve(min(seconds, self.options.max_audio_s)):
+            if (not params.stream and info is not None and info.duration >= self.options.pipeline_min_s
+                    and hasattr(self.transcriber.batcher, "stream_parts")):
+                return await self._pipelined(request, upload, params)
             return await self._decode_and_transcribe(request, upload, params)
 
     async def _decode_and_transcribe(self, request: web.Request, upload: Upload,
@@ -191,20 +299,48 @@ class TranscriptionServer:
         try:
             audio = await asyncio.to_thread(decode_file, upload.path, self.transcriber.engine.sample_rate,
                                             max_seconds=self.options.max_audio_s)
-        except AudioTooLongError as exc:
-            raise ApiError(400, f"{upload.filename!r}: {exc}", param="file", code="audio_too_long") from None
         except AudioFileError as exc:
-            reason = str(exc).replace(str(upload.path), upload.filename)  # never leak the temporary path
-            raise ApiError(400, f"could not decode {upload.filename!r} as audio: {reason}", param="file",
-                           code="invalid_audio") from None
+            raise _decode_error(exc, upload) from None
         timings.decode_s = loop.time() - t0
         upload.cleanup()  # the disk copy is no longer needed
         if params.stream:
             return await stream_transcript(request, self.transcriber, audio, params.language, timings)
         transcript = await while_connected(request, self.transcriber.transcribe_audio(audio, params.language, timings))
-        body, content_type = render(transcript, params.response_format, params.words)
-        header = timings_header(timings, transcript.duration)
-        return web.Response(text=body, content_type=content_type, headers={"x-cadence-timings": header})
+        return _answer(transcript, params, timings)
+
+    async def _pipelined(self, request: web.Request, upload: Upload, params: Params) -> web.StreamResponse:
+        """A long file: its windows go to the engine range by range as it decodes (the same transcript)."""
+        timings = Timings()
+        try:
+            decode = await asyncio.to_thread(open_decode, upload.path, self.transcriber.engine.sample_rate,
+                                             max_seconds=self.options.max_audio_s)
+            transcript = await while_connected(
+                request, self.transcriber.transcribe_decode(decode, params.language, timings))
+        except AudioFileError as exc:
+            raise _decode_error(exc, upload) from None
+        return _answer(transcript, params, timings)
+
+
+@dataclass
+class _Early:
+    task: asyncio.Task[Any]
+    info: AudioInfo
+    language: str | None
+    timings: Timings
+
+
+def _decode_error(exc: AudioFileError, upload: Upload) -> ApiError:
+    if isinstance(exc, AudioTooLongError):
+        return ApiError(400, f"{upload.filename!r}: {exc}", param="file", code="audio_too_long")
+    reason = str(exc).replace(str(upload.path), upload.filename)  # never leak the temporary path
+    return ApiError(400, f"could not decode {upload.filename!r} as audio: {reason}", param="file",
+                    code="invalid_audio")
+
+
+def _answer(transcript: Any, params: Params, timings: Timings) -> web.Response:
+    body, content_type = render(transcript, params.response_format, params.words)
+    header = timings_header(timings, transcript.duration)
+    return web.Response(text=body, content_type=content_type, headers={"x-cadence-timings": header})
 
 
 def _auth(api_key: str):  # type: ignore[no-untyped-def]

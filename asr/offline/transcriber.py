@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
@@ -18,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from asr.offline.decode import decode_file
-from asr.offline.plan import Window, plan_windows
+from asr.offline.decode import DecodeStream, decode_file
+from asr.offline.plan import PlanStream, Window, plan_windows
 from asr.offline.results import Transcript, Word
 from asr.offline.stitch import build_transcript, place_words
 from asr.offline.window_batcher import WindowBatcher, length_batches
@@ -91,6 +92,28 @@ class OfflineTranscriber:
                 k += 1
         timings.asr_s = time.perf_counter() - t1
 
+    async def transcribe_decode(self, decode: DecodeStream, language: str | None,
+                                timings: Timings | None = None) -> Transcript:
+        """A file's transcript while it decodes: each range is planned as it arrives (``PlanStream``)
+        and its final windows go to the batcher at once, so the engine starts on an hour-long file
+        after its first range. The same windows, hence the same transcript, as ``transcribe_audio``
+        of the decoded file. Errors of the decode (``AudioFileError``) are raised here."""
+        timings = timings or Timings()
+        windows: list[Window] = []
+        t0 = time.perf_counter()
+
+        async def parts() -> AsyncIterator[list[np.ndarray]]:
+            async with aclosing(_planned(decode, self.engine, timings, t0)) as planned:  # stops the thread
+                async for part in planned:
+                    windows.extend(part)
+                    yield [w.audio(decode.audio) for w in part]
+
+        words = [ws async for ws in self.batcher.stream_parts(parts(), language)]
+        timings.asr_s = time.perf_counter() - t0 - timings.decode_s
+        timings.windows = len(windows)
+        timings.voiced_s = sum(w.length for w in windows) / self.engine.sample_rate
+        return _finish(self.engine, windows, words, len(decode.audio), language)
+
     async def transcribe_file(self, path: str | Path, language: str | None,
                               timings: Timings | None = None) -> Transcript:
         timings = timings or Timings()
@@ -101,6 +124,44 @@ class OfflineTranscriber:
 
     def close(self) -> None:
         self.batcher.close()
+
+
+async def _planned(decode: DecodeStream, engine: WindowEngine, timings: Timings,
+                   t0: float) -> AsyncIterator[list[Window]]:
+    """The final windows of each decoded range, decoded and planned on a thread off the event loop."""
+    loop = asyncio.get_running_loop()
+    out: asyncio.Queue[Any] = asyncio.Queue()
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            planner = PlanStream(engine.sample_rate, engine.plan)
+            for n in decode:
+                if stop.is_set():
+                    return
+                t = time.perf_counter()
+                part = planner.feed(decode.audio, n)
+                timings.plan_s += time.perf_counter() - t
+                if part:
+                    loop.call_soon_threadsafe(out.put_nowait, part)
+            timings.decode_s = time.perf_counter() - t0
+            t = time.perf_counter()
+            part = planner.finish(decode.audio)
+            timings.plan_s += time.perf_counter() - t
+            loop.call_soon_threadsafe(out.put_nowait, part)
+            loop.call_soon_threadsafe(out.put_nowait, None)
+        except BaseException as exc:  # noqa: BLE001  (handed to the loop, raised there)
+            loop.call_soon_threadsafe(out.put_nowait, exc)
+
+    job = loop.run_in_executor(None, work)
+    try:
+        while (part := await out.get()) is not None:
+            if isinstance(part, BaseException):
+                raise part
+            yield part
+    finally:
+        stop.set()  # the thread stops after the range in progress
+        job.add_done_callback(lambda f: f.exception())  # retrieved: nothing is logged for a request gone
 
 
 def transcribe_corpus(engine: WindowEngine, audios: Sequence[np.ndarray], language: str | None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,8 +40,65 @@ class Upload:
             self.path = None
 
 
-async def read_upload(request: web.Request, max_bytes: int, tmp_dir: str | None = None) -> Upload:
-    """Parse the multipart body; raises ``ApiError`` (400 or 413). The caller must ``cleanup()``."""
+class UploadProgress:
+    """How much of the file part is on disk, for a reader that starts before the upload ends.
+
+    ``started`` is set (on the event loop) once the file part has ``HEAD_BYTES`` on disk, or the upload
+    ended; ``wait_for(n)`` blocks a thread until ``n`` bytes are on disk (True) or the upload ended
+    short of them (False). ``fields`` are the text fields that came before the file part.
+    """
+
+    HEAD_BYTES = 64 * 1024
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self.fields: dict[str, list[str]] = {}
+        self.written = 0
+        self.done = False
+        self._need = 0  # bytes the reader waits for
+        self.started = asyncio.get_running_loop().create_future()
+        self._cond = threading.Condition()
+
+    def advance(self, written: int) -> None:
+        with self._cond:
+            self.written = written
+            if written >= self._need:  # wake the reader only once what it waits for is there
+                self._cond.notify_all()
+        if written >= self.HEAD_BYTES and not self.started.done():
+            self.started.set_result(None)
+
+    def end(self) -> None:
+        with self._cond:
+            self.done = True
+            self._cond.notify_all()
+        if not self.started.done():
+            self.started.set_result(None)
+
+    def has(self, n: int) -> bool:
+        return self.written >= n
+
+    def wait_for(self, n: int) -> bool:
+        with self._cond:
+            self._need = n
+            self._cond.wait_for(lambda: self.done or self.written >= n)
+            self._need = 0
+            return self.written >= n
+
+
+async def read_upload(request: web.Request, max_bytes: int, tmp_dir: str | None = None,
+                      progress: UploadProgress | None = None) -> Upload:
+    """Parse the multipart body; raises ``ApiError`` (400 or 413). The caller must ``cleanup()``.
+
+    With ``progress``, the file part's bytes are reported as they reach the disk."""
+    try:
+        return await _read_upload(request, max_bytes, tmp_dir, progress)
+    finally:
+        if progress is not None:
+            progress.end()
+
+
+async def _read_upload(request: web.Request, max_bytes: int, tmp_dir: str | None,
+                       progress: UploadProgress | None) -> Upload:
     if request.content_length is not None and request.content_length > max_bytes + FIELD_LIMIT:
         raise _too_large(max_bytes)
     if not request.content_type.startswith("multipart/"):
@@ -53,7 +111,7 @@ async def read_upload(request: web.Request, max_bytes: int, tmp_dir: str | None 
             if name == "file" and part.filename is not None:  # type: ignore[union-attr]
                 if upload.path is not None:
                     raise ApiError(400, "send one 'file' part, not several", param="file")
-                await _save_file(part, upload, max_bytes, tmp_dir)  # type: ignore[arg-type]
+                await _save_file(part, upload, max_bytes, tmp_dir, progress)  # type: ignore[arg-type]
             else:
                 text = await part.read(decode=True)  # type: ignore[union-attr]
                 if len(text) > FIELD_LIMIT:
@@ -74,17 +132,24 @@ async def read_upload(request: web.Request, max_bytes: int, tmp_dir: str | None 
     return upload
 
 
-async def _save_file(part: object, upload: Upload, max_bytes: int, tmp_dir: str | None) -> None:
+async def _save_file(part: object, upload: Upload, max_bytes: int, tmp_dir: str | None,
+                     progress: UploadProgress | None = None) -> None:
     filename = getattr(part, "filename", "") or ""
     suffix = Path(filename).suffix[:16]
     fd, name = tempfile.mkstemp(prefix="cadence-upload-", suffix=suffix, dir=tmp_dir)
     upload.path, upload.filename = Path(name), filename
+    if progress is not None:
+        progress.path = upload.path
+        progress.fields = {k: list(v) for k, v in upload.fields.items()}
     with os.fdopen(fd, "wb") as f:
         while chunk := await part.read_chunk(1 << 20):  # type: ignore[attr-defined]
             upload.size += len(chunk)
             if upload.size > max_bytes:
                 raise _too_large(max_bytes)
             f.write(chunk)
+            if progress is not None:
+                f.flush()
+                progress.advance(upload.size)
 
 
 def _too_large(max_bytes: int) -> ApiError:

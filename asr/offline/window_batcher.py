@@ -4,7 +4,11 @@ Each request hands over its windows; a single worker thread owns the engine and 
 each batch by taking the next request in round-robin order (so a 10 s request is not stuck
 behind a 3 h one), seeding the batch with that request's oldest window, and filling it with
 the pending windows (of any request, same language) closest in length, so padding inside a
-batch stays small. Every window is its own engine input: windows of different requests are never
+batch stays small. An engine that runs fixed shapes (the fast Parakeet backend: one CUDA graph per
+length profile, replayed at its whole batch whatever the count) names each window's *length class*
+(``length_class``); a batch then holds windows of the seed's class only, so it costs one graph
+replay, not one per class it touches (with a length mix at 256 requests, closest-length batches
+straddling the 10/20/30 s profiles cost 1.7x the replays of length-sorted batches). Every window is its own engine input: windows of different requests are never
 packed into one input (Whisper, given six short prompts back to back, skipped one that repeated its
 neighbour's words). Results go back to each request's loop.
 """
@@ -12,6 +16,7 @@ neighbour's words). Results go back to each request's loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 import time
@@ -24,6 +29,11 @@ import numpy as np
 from asr.offline.results import Word
 from asr.offline.window_engine import WindowEngine
 
+# A batch short of full, while files still send windows in parts, waits for more up to one batch's
+# mean engine time (a partial batch would cost about as much), within these bounds.
+LINGER_MIN_S, LINGER_MAX_S = 0.02, 0.5
+MAX_PASSED = 4  # times a window of a class that cannot fill a batch gives way to a fuller class
+
 
 @dataclass(eq=False)
 class _Item:
@@ -32,6 +42,8 @@ class _Item:
     language: str | None
     future: asyncio.Future[list[Word]]
     loop: asyncio.AbstractEventLoop
+    length_class: int = 0
+    passed: int = 0
 
 
 @dataclass
@@ -59,6 +71,8 @@ class WindowBatcher:
         self._cond = threading.Condition()
         self._ids = itertools.count()
         self._closed = False
+        self._length_class = getattr(engine, "length_class", None)
+        self._streams = 0  # requests still sending parts (stream_parts)
         self._thread = threading.Thread(target=self._run, name="asr-batcher", daemon=True)
         self._thread.start()
 
@@ -76,7 +90,7 @@ class WindowBatcher:
             return
         loop = asyncio.get_running_loop()
         request = next(self._ids)
-        items = [_Item(request, w, language, loop.create_future(), loop) for w in windows]
+        items = [self._item(request, w, language, loop) for w in windows]
         with self._cond:
             if self._closed:
                 raise RuntimeError("the batcher is closed")
@@ -91,22 +105,93 @@ class WindowBatcher:
             for it in items:
                 it.future.cancel()  # results still in flight are dropped, unread errors are not logged
 
-    async def health(self) -> dict[str, int]:
-        """What ``/health`` shows of the engine: batches, windows, engine inputs, windows queued."""
+    async def stream_parts(self, parts: AsyncIterator[Sequence[np.ndarray]],
+                           language: str | None) -> AsyncIterator[list[Word]]:
+        """``stream`` for windows that arrive in parts (a long file planned as it decodes): each part
+        joins the queue as it comes, words come back in window order. An error of ``parts`` is raised
+        here after the words of the windows before it."""
+        loop = asyncio.get_running_loop()
+        request = next(self._ids)
+        arrived: asyncio.Queue[_Item | BaseException | None] = asyncio.Queue()
+        items: list[_Item] = []
+
+        async def feed() -> None:
+            with self._cond:
+                self._streams += 1
+            try:
+                async for windows in parts:
+                    new = [self._item(request, w, language, loop) for w in windows]
+                    with self._cond:
+                        if self._closed:
+                            raise RuntimeError("the batcher is closed")
+                        self._pending.setdefault(request, deque()).extend(new)
+                        self._cond.notify()
+                    items.extend(new)
+                    for it in new:
+                        arrived.put_nowait(it)
+                arrived.put_nowait(None)
+            except Exception as exc:
+                arrived.put_nowait(exc)
+            finally:
+                with self._cond:
+                    self._streams -= 1
+                    self._cond.notify()
+
+        feeder = asyncio.ensure_future(feed())
+        try:
+            while (it := await arrived.get()) is not None:
+                if isinstance(it, BaseException):
+                    raise it
+                yield await it.future
+        finally:
+            feeder.cancel()
+            await asyncio.gather(feeder, return_exceptions=True)
+            with self._cond:
+                self._pending.pop(request, None)
+            for it in items:
+                it.future.cancel()
+
+    async def health(self) -> dict[str, float]:
+        """What ``/health`` shows of the engine: batches, windows, engine inputs, windows queued, and
+        the seconds the engine has spent in its calls (``engine_busy_s``: against wall time, whether it
+        waited on the host)."""
         return {"batches": self.stats.batches, "windows": self.stats.windows, "engine_inputs": self.stats.inputs,
-                "queued_windows": self.queued_windows}
+                "queued_windows": self.queued_windows, "engine_busy_s": round(self.stats.busy_s, 4)}
 
     @property
     def queued_windows(self) -> int:
         """Windows waiting for the engine (not counting the batch in progress)."""
         with self._cond:
-            return sum(len(q) for q in self._pending.values())
+            return self._pending_windows()
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify()
         self._thread.join(timeout=30)
+
+    def _linger_s(self) -> float:
+        mean = self.stats.busy_s / self.stats.batches if self.stats.batches else 0.0
+        return min(LINGER_MAX_S, max(LINGER_MIN_S, mean))
+
+    def _pending_windows(self) -> int:
+        return sum(len(q) for q in self._pending.values())
+
+    def _fullest(self) -> int:
+        """Pending windows of the (language, length class) that has the most (of all, without classes)."""
+        if self._length_class is None:
+            return self._pending_windows()
+        counts: dict[tuple[str | None, int], int] = {}
+        for q in self._pending.values():
+            for it in q:
+                key = (it.language, it.length_class)
+                counts[key] = counts.get(key, 0) + 1
+        return max(counts.values(), default=0)
+
+    def _item(self, request: int, audio: np.ndarray, language: str | None,
+              loop: asyncio.AbstractEventLoop) -> _Item:
+        cls = self._length_class(len(audio)) if self._length_class is not None else 0
+        return _Item(request, audio, language, loop.create_future(), loop, cls)
 
     def _take(self, items: list[_Item]) -> None:
         for it in items:
@@ -117,16 +202,44 @@ class WindowBatcher:
                     del self._pending[it.request]
 
     def _next_batch(self) -> list[_Item]:
-        """The next batch: the next request's oldest window and the pending windows closest in length."""
+        """The next batch: the next request's oldest window and the pending windows of its language and
+        length class closest in length.
+
+        With length classes, a seed whose class cannot fill a batch while another class holds more
+        windows gives way to that class's oldest window, at most ``MAX_PASSED`` times (it keeps its
+        place in the round robin meanwhile): full replays first, no request waits long.
+        """
         request, queue = next(iter(self._pending.items()))
-        self._pending.move_to_end(request)  # round robin: this request goes last next time
         seed = queue[0]
-        others = [it for q in self._pending.values() for it in q if it is not seed and it.language == seed.language]
+        fuller = self._fuller_seed(seed) if seed.passed < MAX_PASSED else None
+        if fuller is None:
+            self._pending.move_to_end(request)  # round robin: this request goes last next time
+        else:
+            seed.passed += 1
+            seed = fuller
+        others = [it for q in self._pending.values() for it in q
+                  if it is not seed and it.language == seed.language and it.length_class == seed.length_class]
         target = len(seed.audio)
         others.sort(key=lambda it: abs(len(it.audio) - target))
         batch = [seed, *others[: self.max_batch - 1]]
         self._take(batch)
         return batch
+
+    def _fuller_seed(self, seed: _Item) -> _Item | None:
+        """The oldest window of the (language, class) with the most pending windows, when ``seed``'s
+        class cannot fill a batch and that one holds more; else None."""
+        if self._length_class is None:
+            return None
+        counts: dict[tuple[str | None, int], int] = {}
+        first: dict[tuple[str | None, int], _Item] = {}
+        for q in self._pending.values():
+            for it in q:
+                key = (it.language, it.length_class)
+                counts[key] = counts.get(key, 0) + 1
+                first.setdefault(key, it)
+        own = counts[(seed.language, seed.length_class)]
+        best = max(counts, key=counts.__getitem__)
+        return first[best] if own < self.max_batch and counts[best] > own else None
 
     def _run(self) -> None:
         while True:
@@ -135,13 +248,19 @@ class WindowBatcher:
                     self._cond.wait()
                 if self._closed:
                     return
+                if self._streams and self._fullest() < self.max_batch:
+                    # More windows are on their way (a long file decoding): a fuller batch costs the
+                    # engine no more than this one would.
+                    self._cond.wait_for(lambda: self._closed or not self._streams
+                                        or self._fullest() >= self.max_batch, timeout=self._linger_s())
+                    if self._closed or not self._pending:
+                        continue
                 batch = self._next_batch()
             t0 = time.perf_counter()
             try:
                 results = self.engine.transcribe_windows([it.audio for it in batch], batch[0].language)
             except Exception as exc:  # the engine failed: fail these windows, keep serving
-                for it in batch:
-                    it.loop.call_soon_threadsafe(_settle, it.future, None, exc)
+                _hand_back(batch, [None] * len(batch), exc)
                 continue
             self.stats.batches += 1
             self.stats.windows += len(batch)
@@ -149,8 +268,23 @@ class WindowBatcher:
             self.stats.sizes.append(len(batch))
             self.stats.audio_s += sum(len(it.audio) for it in batch) / self.engine.sample_rate
             self.stats.busy_s += time.perf_counter() - t0
-            for it, words in zip(batch, results, strict=True):
-                it.loop.call_soon_threadsafe(_settle, it.future, words, None)
+            _hand_back(batch, results, None)
+
+
+def _hand_back(batch: list[_Item], results: Sequence[list[Word] | None], exc: BaseException | None) -> None:
+    """Settle a batch's futures: one wake-up per event loop, not one per window."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[list[Word]], list[Word] | None]]] = {}
+    for it, words in zip(batch, results, strict=True):
+        by_loop.setdefault(it.loop, []).append((it.future, words))
+    for loop, settled in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for these
+            loop.call_soon_threadsafe(_settle_all, settled, exc)
+
+
+def _settle_all(settled: list[tuple[asyncio.Future[list[Word]], list[Word] | None]],
+                exc: BaseException | None) -> None:
+    for future, words in settled:
+        _settle(future, words, exc)
 
 
 def _settle(future: asyncio.Future[list[Word]], words: list[Word] | None, exc: BaseException | None) -> None:

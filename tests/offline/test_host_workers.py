@@ -8,6 +8,7 @@ same files through both designs, and every body must be byte for byte the same.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -194,3 +195,199 @@ def test_connections_spread_over_the_workers() -> None:
             return set(await asyncio.gather(*(pid() for _ in range(30))))
 
     assert len(asyncio.run(run())) == 3  # each worker misses all 30 with probability (2/3)^30 < 1e-5
+
+
+def test_long_files_reach_the_engine_as_they_decode(tmp_path: Path, files: list[Path]) -> None:
+    """``pipeline_min_s``: a file's windows go to the engine range by range while it decodes, in one
+    process and through a worker, with the answers of the whole-file path byte for byte."""
+    pytest.importorskip("transformers")
+    from asr.offline.decode import decode_file, open_decode
+    from asr.offline.engine_factory import make_engine
+    from asr.offline.window_batcher import WindowBatcher
+    from asr.offline.window_engine import EngineSpec
+    from asr.parakeet.tiny import make_tiny_checkpoint
+
+    engine = make_engine(EngineSpec(engine="parakeet", model=str(make_tiny_checkpoint(tmp_path / "tiny")),
+                                    device="cpu", name="whisper-1"))
+    whole, piped = ServerOptions(pipeline_min_s=1e9), ServerOptions(pipeline_min_s=0.0)
+    requests = [r for r in REQUESTS if "stream" not in r]
+
+    async def answers() -> dict[str, list[tuple[int, str]]]:
+        out = {}
+        async with ClientSession() as session:
+            for name, start, kw in (("whole", serve, {"options": whole}), ("piped", serve, {"options": piped}),
+                                    ("worker", serve_workers, {"workers": 1, "options": piped})):
+                async with running(start, engine, **kw) as url:
+                    out[name] = [await post(session, url, files[0], **req) for req in requests]
+        return out
+
+    got = asyncio.run(answers())
+    assert all(status == 200 for status, _ in got["whole"]) and '"words"' in got["whole"][0][1]
+    assert got["piped"] == got["whole"] and got["worker"] == got["whole"]
+
+    parts: list[int] = []
+
+    class Counting(WindowBatcher):
+        def stream_parts(self, windows, language):  # type: ignore[no-untyped-def]
+            async def counted():  # type: ignore[no-untyped-def]
+                async for part in windows:
+                    parts.append(len(part))
+                    yield part
+            return super().stream_parts(counted(), language)
+
+    async def direct() -> tuple[Any, Any]:
+        transcriber = OfflineTranscriber(engine, batcher=Counting(engine))
+        try:
+            ranged = await transcriber.transcribe_decode(open_decode(files[0], chunk_s=5.0), None)
+            return ranged, await transcriber.transcribe_audio(decode_file(files[0]), None)
+        finally:
+            transcriber.close()
+
+    ranged, alone = asyncio.run(direct())
+    assert ranged == alone and ranged.text
+    assert len([n for n in parts if n]) >= 2, parts  # windows went out before the decode was done
+
+
+def test_a_slow_wav_upload_is_transcribed_while_it_arrives(tmp_path: Path, files: list[Path]) -> None:
+    """A 5 min PCM WAV sent in slow pieces: its first windows reach the engine before the upload ends,
+    and the answers are byte for byte those of the file sent whole to a server that waits for it all."""
+    import time
+
+    pytest.importorskip("transformers")
+    from asr.offline.decode import decode_file
+    from asr.offline.engine_factory import make_engine
+    from asr.offline.window_engine import EngineSpec
+    from asr.parakeet.tiny import make_tiny_checkpoint
+    from testkit.offline_audio import write_audio
+
+    tiny = make_engine(EngineSpec(engine="parakeet", model=str(make_tiny_checkpoint(tmp_path / "tiny")),
+                                  device="cpu", name="whisper-1"))
+    first_batch: list[float] = []
+
+    class Timed:
+        name, sample_rate, plan, max_batch, languages = tiny.name, tiny.sample_rate, tiny.plan, tiny.max_batch, None
+
+        def transcribe_windows(self, windows: list[np.ndarray], language: str | None) -> list[Any]:
+            first_batch.append(time.monotonic())
+            return tiny.transcribe_windows(windows, language)
+
+    audio = np.resize(decode_file(files[0]), 300 * 16000)
+    wav = write_audio(tmp_path / "five.wav", audio, 16000)
+    body = multipart(wav.read_bytes(), {"model": "whisper-1", "response_format": "verbose_json"})
+    sent: list[float] = []
+
+    async def slowly():  # type: ignore[no-untyped-def]
+        async for piece in slow(body):
+            yield piece
+        sent.append(time.monotonic())
+
+    async def run() -> tuple[str, str, str]:
+        headers = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}", "Content-Length": str(len(body))}
+        out = []
+        async with ClientSession() as session:
+            for start, kw, fast in ((serve, {"options": ServerOptions(pipeline_min_s=1e9)}, True),
+                                    (serve, {}, False), (serve_workers, {"workers": 1}, False)):
+                async with running(start, Timed(), **kw) as url:
+                    data = body if fast else slowly()
+                    async with session.post(url + "/v1/audio/transcriptions", data=data, headers=headers) as r:
+                        assert r.status == 200, await r.text()
+                        out.append(await r.text())
+                if start is serve and not fast:
+                    assert first_batch and sent and first_batch[0] < sent[0] - 0.2, (first_batch[:1], sent)
+                first_batch.clear()
+        return out[0], out[1], out[2]
+
+    whole, early, worker = asyncio.run(run())
+    assert '"segments"' in whole and len(whole) > 1000 and early == whole and worker == whole
+
+
+BOUNDARY = "slow-upload-boundary"
+
+
+def multipart(audio: bytes, before: dict[str, str], after: dict[str, str] | None = None) -> bytes:
+    """A multipart body: ``before`` fields, the file (``five.wav``), ``after`` fields."""
+    def field(k: str, v: str) -> bytes:
+        return f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+
+    head = b"".join(field(k, v) for k, v in before.items())
+    head += f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="five.wav"\r\n\r\n'.encode()
+    tail = b"\r\n" + b"".join(field(k, v) for k, v in (after or {}).items()) + f"--{BOUNDARY}--\r\n".encode()
+    return head + audio + tail
+
+
+async def slow(body: bytes):  # type: ignore[no-untyped-def]
+    for k in range(0, len(body), 256 * 1024):
+        yield body[k:k + 256 * 1024]
+        await asyncio.sleep(0.03)
+
+
+def test_an_early_start_that_the_finished_upload_contradicts_is_dropped(tmp_path: Path, files: list[Path],
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """A language field after the file, a WAV shorter than its header says: the early transcript is
+    dropped and the usual path answers, as a server that waits for the whole upload does."""
+    pytest.importorskip("transformers")
+    from asr.offline.decode import decode_file
+    from asr.offline.engine_factory import make_engine
+    from asr.offline.window_engine import EngineSpec
+    from asr.parakeet.tiny import make_tiny_checkpoint
+    from testkit.offline_audio import write_audio
+
+    engine = make_engine(EngineSpec(engine="parakeet", model=str(make_tiny_checkpoint(tmp_path / "tiny")),
+                                    device="cpu", name="whisper-1"))
+    wav = write_audio(tmp_path / "five.wav", np.resize(decode_file(files[0]), 200 * 16000), 16000).read_bytes()
+    bodies = [multipart(wav, {"model": "whisper-1"}, {"language": "en"}),  # the language comes too late
+              multipart(wav[: len(wav) * 2 // 3], {"model": "whisper-1"})]  # the header promises more
+
+    async def run() -> dict[str, list[tuple[int, str]]]:
+        out: dict[str, list[tuple[int, str]]] = {"whole": [], "early": []}
+        async with ClientSession() as session:
+            for name, options in (("whole", ServerOptions(pipeline_min_s=1e9)), ("early", ServerOptions())):
+                async with running(serve, engine, options=options) as url:
+                    for body in bodies:
+                        headers = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}",
+                                   "Content-Length": str(len(body))}
+                        data = body if name == "whole" else slow(body)
+                        async with session.post(url + "/v1/audio/transcriptions", data=data, headers=headers) as r:
+                            out[name].append((r.status, await r.text()))
+                    health = await (await session.get(url + "/health")).json()
+                    assert health["queued_windows"] == 0 and health["inflight"] == 0
+        return out
+
+    caplog.set_level(logging.DEBUG, logger="cadence.transcribe_server")
+    got = asyncio.run(run())
+    assert got["early"] == got["whole"] and got["whole"][0][0] == 200, got["whole"]
+    assert sum("while it uploads" in r.getMessage() for r in caplog.records) == 2  # both started early
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_client_leaving_a_long_file_withdraws_its_windows(tmp_path: Path, files: list[Path], workers: int) -> None:
+    """A 10 min file on an engine that takes 0.5 s per batch of 4: the client leaves after 0.7 s; its
+    queued windows are withdrawn (most never run), nothing stays held, no segment is left behind."""
+    from asr.offline.decode import decode_file
+    from asr.offline.plan import PlanOptions, plan_windows
+    from testkit.offline_audio import write_audio
+
+    audio = np.resize(decode_file(files[0]), 600 * 16000)
+    planned = len(plan_windows(audio, 16000, PlanOptions()))
+    wav = write_audio(tmp_path / "five.wav", audio, 16000)
+    body = multipart(wav.read_bytes(), {"model": "slow"})
+    headers = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+
+    async def run() -> dict[str, Any]:
+        start, kw = (serve, {}) if workers == 0 else (serve_workers, {"workers": workers})
+        async with running(start, SlowEngine(0.5), **kw) as url, ClientSession() as session:
+            post = asyncio.ensure_future(session.post(url + "/v1/audio/transcriptions", data=body, headers=headers))
+            await asyncio.sleep(0.7)
+            post.cancel()
+            await asyncio.gather(post, return_exceptions=True)
+            for _ in range(50):
+                health = await (await session.get(url + "/health")).json()
+                if not health["inflight"] and not health["queued_windows"]:
+                    break
+                await asyncio.sleep(0.1)
+            return health
+
+    health = asyncio.run(run())
+    assert health["inflight"] == 0 and health["queued_windows"] == 0, health
+    assert 0 < health["windows"] <= planned // 2, (health, planned)
+    assert not list(SHM_DIR.glob(segment_prefix(os.getpid()) + "*"))

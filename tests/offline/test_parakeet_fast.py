@@ -99,3 +99,49 @@ def test_the_fast_backend_rejects_other_front_ends() -> None:
     with pytest.raises(ValueError, match="--parakeet-backend general"):
         check_features(FeatureConfig(hop_length=320))
     assert np.isfinite(FeatureConfig().log_guard)
+
+
+def test_the_batcher_keeps_each_batch_in_one_profile(tiny: Path) -> None:
+    """Every profile replays at its whole batch, so a batch spanning two profiles costs two replays: the
+    batcher fills each batch from one length class, the fullest first, and a window of a class that
+    cannot fill a batch waits at most ``MAX_PASSED`` batches. Words are those of each window alone."""
+    import asyncio
+    import threading
+
+    from asr.offline.engine_factory import make_engine
+    from asr.offline.window_batcher import MAX_PASSED, WindowBatcher
+    from testkit.offline_audio import speech_track
+
+    fast = make_engine(EngineSpec(engine="parakeet", model=str(tiny), device="cpu", parakeet_backend="fast",
+                                  profiles="a=3x256,b=3x512,c=3x1024"))
+    release, batches = threading.Event(), []
+
+    class Recording:
+        name, sample_rate, plan, max_batch, languages = fast.name, 16000, fast.plan, 3, None
+        length_class = fast.length_class
+
+        def transcribe_windows(self, windows: list[np.ndarray], language: str | None) -> list:
+            release.wait(30)
+            batches.append([fast.length_class(len(w)) for w in windows])
+            return fast.transcribe_windows(windows, language)
+
+    audio, _ = speech_track(40, seed=6)
+    cut = [audio[int(i * 16000):int((i + s) * 16000)] for i, s in enumerate([8.0, 2.0, 1.5, 4.0, 3.0, 1.0, 4.5])]
+    requests = [[cut[0]], [cut[1], cut[3]], [cut[2], cut[4]], [cut[5], cut[6]]]  # c first; then a, b, a, b, a, b
+    batcher = WindowBatcher(Recording())
+
+    async def run() -> list[list]:
+        tasks = [asyncio.create_task(batcher.transcribe(r, None)) for r in requests]
+        await asyncio.sleep(0.2)
+        release.set()
+        return list(await asyncio.gather(*tasks))
+
+    try:
+        results = asyncio.run(run())
+    finally:
+        batcher.close()
+    assert [sorted(b) for b in batches] == [[256] * 3, [512] * 3, [1024]], batches  # fullest first, one class each
+    assert len(batches) <= MAX_PASSED + 1
+    for windows, got in zip(requests, results, strict=True):
+        assert got == [fast.transcribe_windows([w], None)[0] for w in windows]
+    assert fast.length_class(1023 * 160) == 1024 and fast.length_class(1024 * 160) > 1024  # too long: its own

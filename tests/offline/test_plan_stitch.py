@@ -87,3 +87,37 @@ def test_subtitle_clocks_past_an_hour() -> None:
     assert to_vtt(t) == "WEBVTT\n\n03:01:02.346 --> 03:01:04.000\nlate\n"
     body, ctype = render(t, "verbose_json", words=True)
     assert ctype == "application/json" and '"word": "late"' in body and '"language": "english"' in body
+
+
+def test_the_plan_stream_gives_plan_windows_as_the_audio_arrives() -> None:
+    """Fed in ranges of any size (a decode, range by range), ``PlanStream`` returns exactly
+    ``plan_windows``'s windows, most of them before the end: bursts, gaps just over and under the
+    merge distance, speech longer than a window, a sound running into the end."""
+    from asr.offline.plan import BLOCK_FRAMES, PlanStream
+
+    rng = np.random.default_rng(7)
+    audio = np.zeros(int(RATE * 400.3), np.float32)
+    t = 1.0
+    while t < 395:
+        length = float(rng.choice([0.05, 0.5, 3.0, 12.0, 45.0]))
+        a = int(t * RATE)
+        b = min(len(audio), a + int(length * RATE))
+        audio[a:b] = noise(length, seed=int(t))[: b - a]
+        t += length + float(rng.choice([0.55, 0.65, 2.0, 40.0]))  # 0.6 s: twice the padding
+    audio[-RATE:] = noise(1, seed=99)
+    want = plan_windows(audio, RATE)
+    block = BLOCK_FRAMES * int(RATE * 0.02)
+    for steps in ([len(audio)], [block - 7, block + 3, 3 * block], list(rng.integers(1, 40 * RATE, 30))):
+        stream, got, n, early = PlanStream(RATE), [], 0, 0
+        for step in steps:
+            n = min(len(audio), n + int(step))
+            got += stream.feed(audio, n)
+            if n == len(audio):
+                break
+        got += stream.feed(audio, len(audio))  # all of it known, the end not yet told
+        early = len(got)
+        got += stream.finish(audio)
+        assert got == want
+        if len(steps) > 1:
+            assert early >= len(want) // 2, (early, len(want))
+    assert len(want) >= 8 and sum(len(w.pieces) for w in want) > len(want)  # packed and cut windows
