@@ -174,18 +174,33 @@ def tune_blank_bias(
     """Bisect the blank bias so tokens per encoder frame ~= ``target`` (rate falls as the bias rises)."""
     blank = model.config.blank_token_id
     base = float(model.joint.head.bias[blank])
-    lo, hi = base - span, base + span
-    rate = 0.0
+
+    def rate_at(bias: float) -> float:
+        return tokens_per_frame(decode_at(model, graph_decoder, enc, enc_lengths, bias), enc_lengths)
+
+    lo, hi, rate = bisect_blank_bias(rate_at, lambda r: r > target, base - span, base + span, iters)
+    return {"blank_bias": 0.5 * (lo + hi), "tokens_per_frame": rate, "target": target}
+
+
+def decode_at(model: Any, graph_decoder: Any, enc: torch.Tensor, enc_lengths: list[int],
+              bias: float) -> list[DecodedSeq]:
+    """Decode ``enc`` with the blank bias set to ``bias`` (left set)."""
+    set_blank_bias(model, [graph_decoder.decoder], bias)
+    return graph_decoder.decode(enc, enc_lengths)[0]
+
+
+def bisect_blank_bias(measure: Any, keep_low: Any, lo: float, hi: float, iters: int) -> tuple[float, float, float]:
+    """Bisect ``[lo, hi]``: where ``keep_low(measure(mid))`` the answer lies above ``mid``. The bias is left at the
+    last ``mid`` tried; returns the final ``lo``, ``hi`` and the last measurement."""
+    value = 0.0
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
-        set_blank_bias(model, [graph_decoder.decoder], mid)
-        results, _ = graph_decoder.decode(enc, enc_lengths)
-        rate = tokens_per_frame(results, enc_lengths)
-        if rate > target:
+        value = measure(mid)
+        if keep_low(value):
             lo = mid
         else:
             hi = mid
-    return {"blank_bias": 0.5 * (lo + hi), "tokens_per_frame": rate, "target": target}
+    return lo, hi, value
 
 
 def row_rates(results: list[DecodedSeq], enc_lengths: list[int]) -> list[float]:
@@ -214,20 +229,13 @@ def floor_row_rate(
     start = float(model.joint.head.bias[blank])
 
     def worst(bias: float) -> float:
-        set_blank_bias(model, [graph_decoder.decoder], bias)
-        results, _ = graph_decoder.decode(enc, enc_lengths)
-        return min(row_rates(results, enc_lengths))
+        return min(row_rates(decode_at(model, graph_decoder, enc, enc_lengths, bias), enc_lengths))
 
     before = worst(start)
     if before >= min_rate:
         return {"row_rate_min": before, "row_rate_floor": min_rate, "blank_bias_lowered": 0.0}
-    lo, hi = start - span, start  # worst(lo) assumed >= min_rate (blank far below every token)
-    for _ in range(iters):
-        mid = 0.5 * (lo + hi)
-        if worst(mid) >= min_rate:
-            lo = mid
-        else:
-            hi = mid
+    # worst(start - span) assumed >= min_rate (blank far below every token)
+    lo, _, _ = bisect_blank_bias(worst, lambda r: r >= min_rate, start - span, start, iters)
     after = worst(lo)
     return {"row_rate_min_before": before, "row_rate_min": after, "row_rate_floor": min_rate,
             "blank_bias_lowered": start - lo}
