@@ -59,7 +59,7 @@ def engine_spec(config: Config, hosts: tuple[str, ...] = ("tts", "asr")) -> dict
 class ManagedEngineProcess(SupervisedChild):
     """``python -m agent.engine_server`` on a private Unix socket, supervised (see the module docstring)."""
 
-    child_label: ClassVar[str] = "engine process"
+    child_label: ClassVar[str] = "TTS engine process"  # hosting streaming Parakeet too, unless split
     restart_errors: ClassVar[tuple[type[BaseException], ...]] = (EngineProcessError,)
 
     spec: dict[str, Any]

@@ -57,12 +57,6 @@ def install_stop_signals(loop: asyncio.AbstractEventLoop, on_signal: Callable[[s
             handled.append(sig)
     return handled
 
-def engine_label(proc: Any) -> str:
-    """How /ready and the logs name an engine process: the TTS one (hosting ASR too, or not), or the ASR one."""
-    label = proc.child_label
-    return "TTS engine process" if label == "engine process" else label
-
-
 @dataclass
 class CadenceServer:
     config: Config
@@ -366,7 +360,7 @@ class CadenceServer:
             return web.json_response(body, status=503)
         down = next((p for p in self.engine_procs if not p.up), None)
         if down is not None:
-            body = {"ready": False, "reason": f"the {engine_label(down)} is down (restarting)",
+            body = {"ready": False, "reason": f"the {down.child_label} is down (restarting)",
                     "active": self.gate.active, "capacity": self.gate.capacity}
             return web.json_response(body, status=503)
         ok, reason = self.gate.ready()
@@ -392,7 +386,7 @@ class CadenceServer:
             if self.llm_server is not None:
                 supervisors.append(asyncio.create_task(self.llm_server.supervise(), name="llm-supervisor"))
             for proc in self.engine_procs:
-                supervisors.append(asyncio.create_task(proc.supervise(), name=f"{engine_label(proc)} supervisor"))
+                supervisors.append(asyncio.create_task(proc.supervise(), name=f"{proc.child_label} supervisor"))
             app = self.make_app()
             runner = web.AppRunner(app, shutdown_timeout=cfg.server.shutdown_timeout_s)
             runners.append(runner)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import onnxruntime as ort
@@ -43,7 +43,6 @@ class SileroBatcherStats:
     runs: int = 0
     windows: int = 0
     max_batch: int = 0
-    batches: dict[int, int] = field(default_factory=dict)  # batch size -> runs
 
     @property
     def mean_batch(self) -> float:
@@ -97,13 +96,12 @@ class SileroBatcher:
 
     def _run(self, rate: int, batch: list[_Window]) -> tuple[np.ndarray, np.ndarray]:
         x = np.stack([w.audio for w in batch])
-        state = np.ascontiguousarray(np.stack([w.state for w in batch], axis=1))
+        state = np.stack([w.state for w in batch], axis=1)  # (2, B, 128), a fresh C-contiguous array
         out, new_state = self._session.run(None, {"input": x, "state": state, "sr": np.array(rate, dtype="int64")})
         n = len(batch)
         self.stats.runs += 1
         self.stats.windows += n
         self.stats.max_batch = max(self.stats.max_batch, n)
-        self.stats.batches[n] = self.stats.batches.get(n, 0) + 1
         return np.asarray(out).reshape(n, -1)[:, 0], np.asarray(new_state)
 
     def close(self) -> None:
@@ -158,7 +156,8 @@ class BatchedSileroVADAnalyzer(SharedSileroVADAnalyzer):
     async def _confidence(self, frames: bytes) -> float:
         model = self._model
         rate = self.sample_rate
-        samples = np.frombuffer(frames, np.int16).astype(np.float32) / 32768.0
+        samples = np.frombuffer(frames, np.int16).astype(np.float32)
+        samples *= 1.0 / 32768.0
         context_size = 64 if rate == 16000 else 32
         if model._last_sr != rate or model._state.shape[1] != 1:
             model.reset_states(1)
@@ -173,7 +172,7 @@ class BatchedSileroVADAnalyzer(SharedSileroVADAnalyzer):
 
             logger.error(f"Error analyzing audio with Silero VAD: {exc}")
             return 0.0
-        model._state = state[:, None, :].copy()
+        model._state = state[:, None, :]  # a view of the batch's output: the next window's batch copies it
         model._context = audio[None, -context_size:]
         model._last_sr = rate
         model._last_batch_size = 1

@@ -43,7 +43,7 @@ from loguru import logger
 
 from agent.config import Config
 from agent.llm_server import free_port
-from agent.serve import CadenceServer, engine_label, install_stop_signals
+from agent.serve import CadenceServer, install_stop_signals
 from agent.supervised_child import spawn_child, stop_child
 
 WORKER_ENV = "CADENCE_WORKER_SET"  # JSON list of "section.key=value" overrides, applied last
@@ -218,7 +218,7 @@ class WorkerPool:
         if llm is not None and not llm.up:
             reason = "the LLM server is down (restarting)"
         elif down is not None:
-            reason = f"the {engine_label(down)} is down (restarting)"
+            reason = f"the {down.child_label} is down (restarting)"
         else:
             for w, r, b in zip(self.workers, answers, bodies, strict=True):
                 if r is None or r.status_code != 200:
@@ -276,7 +276,7 @@ class WorkerPool:
                 tasks.append(asyncio.create_task(llm.supervise(), name="llm-supervisor"))
             await self.front.start_engine_process()  # before the workers: they connect to it
             for proc in self.front.engine_procs:
-                tasks.append(asyncio.create_task(proc.supervise(), name=f"{engine_label(proc)} supervisor"))
+                tasks.append(asyncio.create_task(proc.supervise(), name=f"{proc.child_label} supervisor"))
             sock = self._reserve_port()
             self.workers = [Worker(i, free_port()) for i in range(self.n)]
             self._overrides = {w.index: worker_overrides(cfg, self.n, base_url, model, w.probe_port,
