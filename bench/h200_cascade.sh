@@ -69,6 +69,9 @@ PY=${PY:-python3}
 DRY=()  # config overrides for DRY_RUN
 TINY=()
 if [ "${DRY_RUN:-0}" = 1 ]; then
+  # transformers serve loads models with a device map, which needs accelerate (the H200 image has it; the dev
+  # extra does not install it: no test needs it)
+  "$PY" -c "import accelerate" 2>/dev/null || { echo "DRY_RUN needs accelerate: $PY -m pip install accelerate" >&2; exit 2; }
   DRY=(--set asr.device=cpu --set asr.dtype=float32 --set asr.encoder_backend=eager --set tts.engine=piper
        --set gpu.asr_fraction=0 --set gpu.llm_fraction=0 --set gpu.tts_fraction=0
        --set "llm.server_args=--device cpu --cb-num-blocks 256")
