@@ -108,6 +108,9 @@ class LLMConfig:
     served_model_name: str = ""  # vLLM --served-model-name (empty: the model path)
     server_args: str = ""  # appended to the started server's command line (shell-style quoting)
     server_log: str = ""  # file for the started server's output (empty: discarded)
+    # GPU servers Cadence starts (vllm / transformers), each on 1/N of gpu.llm_fraction; each call sticks to
+    # one (agent/llm_replicas.py). llm.base_url may list several servers itself, comma-separated.
+    replicas: int = 1
     # Reply cap in tokens: a spoken answer of one or two sentences.
     max_tokens: int = 64
     temperature: float = 0.3

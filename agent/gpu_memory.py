@@ -268,8 +268,9 @@ def transformers_cache_fraction(share_bytes: int, weights_bytes: int, free_bytes
 
 
 def managed_llm_server(plan: MemoryPlan | None, config: Config, device: DeviceMemory | None = None,
-                       log_path: Path | None = None):
-    """A ``ManagedLLMServer`` for a GPU ``llm.server`` (vLLM or transformers serve) on its planned share."""
+                       log_path: Path | None = None, replicas: int = 1):
+    """A ``ManagedLLMServer`` for a GPU ``llm.server`` (vLLM or transformers serve) on its planned share
+    (1/``replicas`` of it: one of ``llm.replicas`` servers; ``device`` read just before this one starts)."""
     from agent.llm_server import LLMServerError, gpu_llm_server
 
     kind = llm_server_kind(config)
@@ -282,9 +283,12 @@ def managed_llm_server(plan: MemoryPlan | None, config: Config, device: DeviceMe
                               log_path=log_path)
     if plan is None or plan.share("llm").fraction <= 0:
         raise GPUPlanError(f"llm.server = {kind!r} runs on the GPU but gpu.llm_fraction is 0: give the LLM a share")
+    if replicas < 1:
+        raise GPUPlanError(f"llm.replicas must be >= 1, got {replicas}")
     share = plan.share("llm")
+    share_bytes = share.bytes // replicas
     if kind == "vllm":
-        return gpu_llm_server("vllm", model, plan.device, gpu_memory_utilization=share.fraction,
+        return gpu_llm_server("vllm", model, plan.device, gpu_memory_utilization=share.fraction / replicas,
                               max_model_len=config.llm.context_size, served_model_name=config.llm.served_model_name,
                               extra=extra, start_timeout_s=timeout, log_path=log_path)
     if kind == "transformers":
@@ -292,7 +296,12 @@ def managed_llm_server(plan: MemoryPlan | None, config: Config, device: DeviceMe
         if weights is None:
             raise LLMServerError(f"llm.model {model!r} is not a local folder: transformers serve runs offline here")
         free = device.free_bytes if device is not None else plan.total_bytes
-        fraction = transformers_cache_fraction(share.bytes, weights, free)
+        try:
+            fraction = transformers_cache_fraction(share_bytes, weights, free)
+        except GPUPlanError as exc:
+            if replicas == 1:
+                raise
+            raise GPUPlanError(f"{exc} (the share is split {replicas} ways by llm.replicas; lower it)") from None
         return gpu_llm_server("transformers", model, plan.device, cache_memory_fraction=fraction, extra=extra,
                               start_timeout_s=timeout, log_path=log_path)
     raise GPUPlanError(f"llm.server = {kind!r} does not run on the GPU; set gpu.llm_fraction = 0")

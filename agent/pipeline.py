@@ -36,6 +36,7 @@ from agent.call_control import CallControl
 from agent.call_control import install as install_call_control
 from agent.config import CallConfig, Config
 from agent.fast_barge_in import FastBargeIn
+from agent.llm_replicas import ReplicaPicker, replica_urls
 from agent.llm_stage import CadenceLLMService
 from agent.models import piper_voice
 from agent.segment_turn_stop import SegmentedTurnAnalyzerStopStrategy
@@ -68,6 +69,14 @@ class Engines:
     speculation_stats: SpeculationStats = field(default_factory=SpeculationStats)
     bot: Any = None  # agent.bot.Bot: its tools and tool choice for every call (its settings are in config)
     _llm_http: tuple[Any, httpx.AsyncClient] | None = field(default=None, repr=False)
+    _llm_picker: ReplicaPicker | None = field(default=None, repr=False)
+
+    def llm_url_for_call(self) -> str:
+        """The LLM server a new call talks to for its whole life: one of ``llm_base_url``'s (comma-separated)
+        servers in turn (agent/llm_replicas.py)."""
+        if self._llm_picker is None:
+            self._llm_picker = ReplicaPicker(replica_urls(self.llm_base_url))
+        return self._llm_picker.pick()
 
     def llm_http(self) -> httpx.AsyncClient:
         """One HTTP connection pool to the LLM server for every caller on this event loop.
@@ -152,11 +161,12 @@ class Engines:
                              {"role": "user", "content": "Hello."}]}
         if self.bot is not None and self.bot.tools:
             body["tools"] = [{"type": "function", "function": t.schema.to_default_dict()} for t in self.bot.tools]
-        try:
-            httpx.post(f"{self.llm_base_url}/chat/completions", json=body, timeout=30,
-                       headers={"Authorization": f"Bearer {self.config.llm.api_key}"})
-        except httpx.HTTPError as exc:
-            logger.warning(f"LLM warm-up failed ({exc}); the LLM server at {self.llm_base_url} may be down")
+        for url in replica_urls(self.llm_base_url):
+            try:
+                httpx.post(f"{url}/chat/completions", json=body, timeout=30,
+                           headers={"Authorization": f"Bearer {self.config.llm.api_key}"})
+            except httpx.HTTPError as exc:
+                logger.warning(f"LLM warm-up failed ({exc}); the LLM server at {url} may be down")
 
     def make_stt(self) -> Any:
         asr = self.config.asr
@@ -246,7 +256,7 @@ def build_worker(
     config = engines.config
     fast_barge_in = config.vad.fast_barge_in and not getattr(transport, "has_own_barge_in", False)
     stt = engines.make_stt()
-    llm = CadenceLLMService(config.llm, engines.llm_base_url, engines.llm_model, http_client=engines.llm_http())
+    llm = CadenceLLMService(config.llm, engines.llm_url_for_call(), engines.llm_model, http_client=engines.llm_http())
     tts = CadenceTTSService(engines.tts_engine)
     control = CallControl(session_id, config.call)
     control.llm = llm

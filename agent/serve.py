@@ -27,10 +27,10 @@ from aiohttp import web
 from loguru import logger
 
 from agent.admission import AdmissionGate
-from agent.config import Config
+from agent.config import Config, ConfigError
 from agent.goodbye import say_goodbye
 from agent.live_feed import LiveFeed
-from agent.llm_server import ManagedLLMServer, embedded_llama_server
+from agent.llm_server import embedded_llama_server
 from agent.pipeline import Engines
 from agent.runtime import freeze_gc_heap
 from agent.security import middleware
@@ -61,7 +61,7 @@ def install_stop_signals(loop: asyncio.AbstractEventLoop, on_signal: Callable[[s
 class CadenceServer:
     config: Config
     engines: Engines | None = None
-    llm_server: ManagedLLMServer | None = None
+    llm_server: Any = None  # ManagedLLMServer, or agent.llm_replicas.LLMServerGroup with llm.replicas > 1
     engine_proc: Any = None  # agent.engine_process.ManagedEngineProcess with server.engine_process
     asr_engine_proc: Any = None  # its ASR-only sibling with server.asr_engine_process
     gate: AdmissionGate | None = None
@@ -85,14 +85,7 @@ class CadenceServer:
     async def start_llm(self) -> tuple[str, str]:
         """GPU memory plan (refuse to start if it cannot fit) -> the LLM server if Cadence owns it
         (its first answer checked); returns the LLM's base URL and model."""
-        from agent.gpu_memory import (
-            COMPONENTS,
-            check_llm_server,
-            llm_server_kind,
-            managed_llm_server,
-            plan_for,
-            read_device_memory,
-        )
+        from agent.gpu_memory import COMPONENTS, llm_server_kind, plan_for, read_device_memory
         from agent.llm_server import GPU_SERVERS
 
         cfg = self.config
@@ -104,14 +97,14 @@ class CadenceServer:
             logger.info(f"GPU memory plan:\n{plan.summary()}")
         kind = self.llm_kind = llm_server_kind(cfg)
         base_url, model = cfg.llm.base_url, cfg.llm.model
+        if cfg.llm.replicas < 1 or (cfg.llm.replicas > 1 and (base_url or kind not in GPU_SERVERS)):
+            raise ConfigError(f"llm.replicas = {cfg.llm.replicas}: Cadence starts replicas of a GPU server only "
+                              f"(llm.server = {' or '.join(GPU_SERVERS)}, llm.base_url empty); to spread calls "
+                              f"over servers of your own, list them in llm.base_url, comma-separated")
         log = Path(cfg.llm.server_log) if cfg.llm.server_log else None
         if not base_url and kind in GPU_SERVERS:
-            self.llm_server = managed_llm_server(plan, cfg, device, log_path=log)
-            await self.llm_server.astart()
+            self.llm_server = await self._start_gpu_llm(plan, device, log)
             base_url, model = self.llm_server.base_url, self.llm_server.model_id
-            # Its first request builds the server's KV cache: before ASR and TTS take their memory.
-            health = await asyncio.to_thread(check_llm_server, base_url, model, 300.0, kind, cfg.llm.temperature)
-            logger.info(f"LLM ({kind}) first token in {health.first_token_ms:.0f} ms")
         elif not base_url:
             # A fresh key per run: other local users cannot use the managed model server.
             cfg.llm.api_key = secrets.token_urlsafe(24)
@@ -120,6 +113,33 @@ class CadenceServer:
             await self.llm_server.astart()
             base_url, model = self.llm_server.base_url, self.llm_server.model_id
         return base_url, model
+
+    async def _start_gpu_llm(self, plan: Any, device: Any, log: Path | None) -> Any:
+        """The GPU LLM server, or ``llm.replicas`` of them one after another: each is started and answers
+        once (its first request builds its KV cache, sized from the memory free just before it started)
+        before the next starts, and all of them before ASR and TTS take their memory."""
+        from agent.gpu_memory import check_llm_server, managed_llm_server, read_device_memory
+        from agent.llm_replicas import LLMServerGroup
+
+        cfg = self.config
+        n = cfg.llm.replicas
+        group = LLMServerGroup()
+        if n > 1:
+            self.llm_server = group  # stop_children stops the ones already up if a later one fails
+        for i in range(n):
+            if i and device is not None:
+                device = read_device_memory(cfg.gpu.device)
+            path = log if log is None or n == 1 else log.with_name(f"{log.stem}-{i}{log.suffix}")
+            server = managed_llm_server(plan, cfg, device, log_path=path, replicas=n)
+            group.servers.append(server)
+            if n == 1:
+                self.llm_server = server
+            await server.astart()
+            health = await asyncio.to_thread(check_llm_server, server.base_url, server.model_id, 300.0,
+                                             self.llm_kind, cfg.llm.temperature)
+            label = f"LLM ({self.llm_kind})" + (f" replica {i + 1}/{n}" if n > 1 else "")
+            logger.info(f"{label} first token in {health.first_token_ms:.0f} ms")
+        return group if n > 1 else group.servers[0]
 
     async def start_engine_process(self) -> None:
         """With ``server.engine_process`` (and no engine socket given by a parent): start the engine process
@@ -218,8 +238,9 @@ class CadenceServer:
         plan = self.memory_plan
         if plan is None:
             return []
-        pid = self.llm_server.pid if self.llm_server is not None else None
-        llm_used = process_gpu_memory(pid, plan.device) if pid is not None else None
+        pids = self.llm_server.pids if self.llm_server is not None else []
+        used = [process_gpu_memory(pid, plan.device) for pid in pids]
+        llm_used = None if not used or any(u is None for u in used) else sum(used)
         reserved = None
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():

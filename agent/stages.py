@@ -51,7 +51,7 @@ class Stages:
 
     def llm(self) -> CadenceLLMService:
         e = self.engines
-        return CadenceLLMService(e.config.llm, e.llm_base_url, e.llm_model, http_client=e.llm_http())
+        return CadenceLLMService(e.config.llm, e.llm_url_for_call(), e.llm_model, http_client=e.llm_http())
 
     def tts(self) -> CadenceTTSService:
         return CadenceTTSService(self.engines.tts_engine)

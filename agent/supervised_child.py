@@ -82,6 +82,11 @@ class SupervisedChild:
         """The running child's process id (NVML reads its GPU memory by it); None when stopped."""
         return self.process.pid if self.alive else None
 
+    @property
+    def pids(self) -> list[int]:
+        """``[pid]`` while running, else ``[]`` (the shape ``LLMServerGroup.pids`` has too)."""
+        return [self.process.pid] if self.alive and self.process is not None else []
+
     async def astart(self) -> Any:
         """Spawn on the calling (event-loop) thread (PDEATHSIG follows the forking thread), wait in a worker."""
         self._stopping = False

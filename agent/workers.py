@@ -64,7 +64,7 @@ def worker_overrides(cfg: Config, workers: int, base_url: str, model: str, probe
     if asr_engine_socket:
         engine.append(f"server.asr_engine_socket={asr_engine_socket}")
     return [*engine,
-        f"llm.base_url={base_url}", f"llm.model={model}", f"llm.api_key={cfg.llm.api_key}",
+        f"llm.base_url={base_url}", f"llm.model={model}", f"llm.api_key={cfg.llm.api_key}", "llm.replicas=1",
         "server.workers=1", f"server.metrics_listen=127.0.0.1:{probe_port}",
         f"admission.max_sessions={split_budget(cfg.admission.max_sessions, workers)}",
         f"admission.queue_size={split_budget(cfg.admission.queue_size, workers)}",

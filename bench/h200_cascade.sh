@@ -19,7 +19,9 @@
 # $OUT gets at most 7 files: capacity.json, capacity.png, cadence-capacity.toml, llm_alone.json,
 # summary.txt, logs.tar.gz (every log), and nvidia-smi.csv.
 # Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS
-# ENGINE_PROCESS ASR_ENGINE_PROCESS KOKORO_COMPILE KOKORO_DTYPE CALIBRATE MPS STT_TEST KOKORO_TEST.
+# ENGINE_PROCESS ASR_ENGINE_PROCESS KOKORO_COMPILE KOKORO_DTYPE CALIBRATE MPS STT_TEST KOKORO_TEST LLM_REPLICAS.
+# LLM_REPLICAS=N sets llm.replicas: N transformers servers on 1/N of the LLM's share each, calls spread over
+# them (agent/llm_replicas.py); their logs are llm-server-<i>.log.
 # ASR_ENGINE_PROCESS=0 keeps streaming Parakeet in the TTS's engine process (runs 25-30; gpu.toml now gives it
 # one of its own, engine-asr.log).
 # KOKORO_COMPILE=1 sets tts.kokoro_compile = true (the decoder's fused AdaIN/Snake steps through torch.compile);
@@ -183,6 +185,7 @@ SETS=(--set "admission.max_sessions=$MAX_LEVEL" --set admission.queue_size=0 --s
       --set llm.temperature=1.0 --set "llm.max_tokens=$REPLY_TOKENS" --set "llm.server_log=$LOGS/llm-server.log"
       --set budgets.window_s=900 --set gpu.check_measured=false "${DRY[@]}")
 [ -n "${TTS_ENGINE:-}" ] && SETS+=(--set "tts.engine=$TTS_ENGINE")
+[ -n "${LLM_REPLICAS:-}" ] && SETS+=(--set "llm.replicas=$LLM_REPLICAS")
 [ "${KOKORO_COMPILE:-0}" = 1 ] && SETS+=(--set tts.kokoro_compile=true)
 [ "${KOKORO_GRAPHS:-1}" = 0 ] && SETS+=(--set tts.kokoro_cuda_graphs=false)
 [ -n "${KOKORO_DTYPE:-}" ] && SETS+=(--set "tts.kokoro_dtype=$KOKORO_DTYPE")
