@@ -152,7 +152,7 @@ async def _talk_once(config: Config, utterances: list[Any], bot: Any = None, max
     try:
         if not base_url:
             server = embedded_llama_server(config.llm.threads, config.llm.context_size, config.llm.model,
-                                           config.llm.server_start_timeout_s)
+                                           config.llm.server_start_timeout_s, nice=config.llm.nice)
             await server.astart()
             base_url, model = server.base_url, server.model_id
         engines = await asyncio.to_thread(Engines.load, config, base_url, model)

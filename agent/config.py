@@ -118,6 +118,9 @@ class LLMConfig:
     # ~90 tok/s; 1 thread ~60 tok/s and multi-second first tokens on a cold prefix. Also prompt
     # evaluation's threads (--n_threads_batch; before, always every core).
     threads: int = 2
+    # The embedded llama.cpp server's CPU niceness (0: as Cadence). Above 0 the audio path (VAD, Whisper,
+    # the first clause's synthesis) takes the cores first and the reply's later tokens wait.
+    nice: int = 0
     # llama.cpp --n_ctx; vLLM --max-model-len; also the window each call's context is trimmed to fit
     context_size: int = 2048
     server_start_timeout_s: float = 60.0

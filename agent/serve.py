@@ -109,7 +109,8 @@ class CadenceServer:
             # A fresh key per run: other local users cannot use the managed model server.
             cfg.llm.api_key = secrets.token_urlsafe(24)
             self.llm_server = embedded_llama_server(cfg.llm.threads, cfg.llm.context_size, cfg.llm.model,
-                                                    cfg.llm.server_start_timeout_s, log, api_key=cfg.llm.api_key)
+                                                    cfg.llm.server_start_timeout_s, log, api_key=cfg.llm.api_key,
+                                                    nice=cfg.llm.nice)
             await self.llm_server.astart()
             base_url, model = self.llm_server.base_url, self.llm_server.model_id
         return base_url, model

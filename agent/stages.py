@@ -28,7 +28,8 @@ async def llm_endpoint(config: Config) -> AsyncIterator[tuple[str, str]]:
         yield config.llm.base_url, config.llm.model
         return
     server = embedded_llama_server(config.llm.threads, config.llm.context_size, config.llm.model,
-                                   config.llm.server_start_timeout_s, api_key=config.llm.api_key)
+                                   config.llm.server_start_timeout_s, api_key=config.llm.api_key,
+                                   nice=config.llm.nice)
     await server.astart()
     try:
         yield server.base_url, server.model_id

@@ -29,13 +29,20 @@ def die_with_parent() -> None:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def spawn_child(command: list[str], **kwargs) -> subprocess.Popen:
-    """A supervised child: its own process group, killed with its parent on Linux.
+def spawn_child(command: list[str], nice: int = 0, **kwargs) -> subprocess.Popen:
+    """A supervised child: its own process group, killed with its parent on Linux; ``nice`` > 0 lowers
+    its CPU priority (``os.nice``).
 
     Call it from a thread that lives as long as the process (the main / event-loop thread):
     PDEATHSIG fires when the forking *thread* exits.
     """
-    return subprocess.Popen(command, start_new_session=True, preexec_fn=die_with_parent, **kwargs)  # noqa: PLW1509
+
+    def prepare() -> None:
+        die_with_parent()
+        if nice > 0:
+            os.nice(nice)
+
+    return subprocess.Popen(command, start_new_session=True, preexec_fn=prepare, **kwargs)  # noqa: PLW1509
 
 
 def stop_child(proc: subprocess.Popen | None, timeout_s: float = 5.0) -> None:

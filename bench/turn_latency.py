@@ -129,7 +129,7 @@ async def main(args: argparse.Namespace) -> dict:
     chosen = chosen_prompts(args.turns)
     audio = [load_audio(p.path, RATE) for p in chosen]
     warm = load_audio(next(p for p in prompts() if p.name == args.warmup).path, RATE)
-    server = embedded_llama_server(config.llm.threads, config.llm.context_size)
+    server = embedded_llama_server(config.llm.threads, config.llm.context_size, nice=config.llm.nice)
     await server.astart()
     rows = []
     try:

@@ -235,14 +235,24 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     clips = talk_clips(RATE)
     if args.clips:
         clips = clips[: args.clips]
-    llm = embedded_llama_server(config.llm.threads, config.llm.context_size)
-    if args.no_repack:  # see bench/llama_server_no_repack.py
-        at = llm.command.index("-m")
-        llm.command[at:at + 2] = [str(ROOT / "bench/llama_server_no_repack.py")]
-    llm.start()
+    log_dir = Path(args.log_dir) if args.log_dir else None
+
+    def llm_server(name: str) -> Any:
+        server = embedded_llama_server(config.llm.threads, config.llm.context_size, nice=config.llm.nice,
+                                       log_path=log_dir / f"{name}.log" if log_dir else None)
+        if args.no_repack:  # see bench/llama_server_no_repack.py
+            at = server.command.index("-m")
+            server.command[at:at + 2] = [str(ROOT / "bench/llama_server_no_repack.py")]
+        return server.start()
+
+    llm = llm_server("llm")
+    # --llm-per-system: stock gets a server of its own (the same model and flags), so neither system's
+    # requests wait behind or evict the other's prompt state; by default one server is shared.
+    stock_llm = llm_server("llm-stock") if args.llm_per_system and not args.cadence_only else llm
     load_before = load_average()
     with ExitStack() as stack:
         stack.callback(llm.stop)
+        stack.callback(stock_llm.stop)
         sets = [f"llm.base_url={llm.base_url}", f"llm.model={llm.model_id}", "server.webrtc_ice_hosts=127.0.0.1",
                 "server.log_level=WARNING", *args.set]
         cadence = stack.enter_context(cadence_process(
@@ -252,8 +262,8 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         stock = None
         if not args.cadence_only:
             stock = stack.enter_context(ready_process(
-                [sys.executable, str(ROOT / "bench/stock_webrtc_server.py"), "--llm-url", llm.base_url,
-                 "--llm-model", llm.model_id], r"stock pipecat is ready: (http://\S+?)/",
+                [sys.executable, str(ROOT / "bench/stock_webrtc_server.py"), "--llm-url", stock_llm.base_url,
+                 "--llm-model", stock_llm.model_id], r"stock pipecat is ready: (http://\S+?)/",
                 log_path=Path(args.log_dir) / "stock.log" if args.log_dir else None))
             urls["stock"] = stock["url"]
         t0 = time.monotonic()
@@ -261,7 +271,9 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         rows = asyncio.run(run(args, urls, clips, pids))
         wall = time.monotonic() - t0
         memory = {"cadence_serve": rss_mb(cadence["proc"].pid), "stock_server": rss_mb(stock["proc"].pid) if stock else {},
-                  "llm_server_shared": rss_mb(llm.process.pid) if llm.process else {}}
+                  "llm_server" + ("" if stock_llm is not llm else "_shared"): rss_mb(llm.process.pid) if llm.process else {},
+                  **({"llm_server_stock": rss_mb(stock_llm.process.pid)} if stock_llm is not llm and stock_llm.process
+                     else {})}
     return {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
@@ -275,7 +287,9 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
             "order": "alternating per clip (even: stock first)", "clock": "frame with the last voiced sample sent "
             "-> first received bot frame above |300|", "voiced_rule": {"db_below_peak": VOICED_DB,
                                                                           "rms_floor": VOICED_FLOOR},
-            "models": "Whisper tiny.en int8, SmolLM2-135M on one shared llama.cpp server, Piper joe-medium",
+            "models": "Whisper tiny.en int8, SmolLM2-135M on " + ("a llama.cpp server per system" if stock_llm is not llm
+                      else "one shared llama.cpp server") + f" (threads {config.llm.threads}, nice {config.llm.nice}), "
+                      "Piper joe-medium",
             "client_jitter_frames": args.client_jitter_frames or "aiortc default (4)",
             "cadence_overrides": args.set, "llama_no_repack": args.no_repack, "load_average_before": load_before, "load_average_after": load_average(),
             "shared_cores": "the 2 cores were shared with other work during the run (see per-row load)",
@@ -310,6 +324,8 @@ if __name__ == "__main__":
     parser.add_argument("--client-jitter-frames", type=int, default=None,
                         help="the calling client's receive jitter buffer in 20 ms frames (default: aiortc's 4)")
     parser.add_argument("--cadence-only", action="store_true", help="leave stock pipecat out (diagnosis runs)")
+    parser.add_argument("--llm-per-system", action="store_true",
+                        help="a llama.cpp server for each system instead of one shared (same model and flags)")
     parser.add_argument("--log-dir", help="write the servers' output there (cadence.log, stock.log)")
     parser.add_argument("--config")
     parser.add_argument("--set", action="append", default=[], help="extra cadence serve overrides")

@@ -122,3 +122,11 @@ def test_a_sigkilled_parent_leaves_no_llm_orphan():
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def test_llm_nice_lowers_the_embedded_servers_cpu_priority() -> None:
+    """``llm.nice``: the real llama.cpp server runs that much nicer than Cadence (the audio path goes first)."""
+    with embedded_llama_server(threads=1, nice=7) as server:
+        assert server.pid is not None
+        assert os.getpriority(os.PRIO_PROCESS, server.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 7)
+        assert server.model_id  # it still starts and answers its health check
