@@ -95,7 +95,9 @@ def llama_cpp_command(model: Path, port: int, threads: int, context_size: int, a
         "--n_threads_batch", str(threads),
         "--n_ctx", str(context_size),
         "--model_alias", model.stem,
-        *(["--api_key", api_key] if api_key else []),
+        # one argument: a key from secrets.token_urlsafe may start with "-", which argparse would
+        # take for an option when given as a separate word
+        *([f"--api_key={api_key}"] if api_key else []),
     ]  # fmt: skip
 
 

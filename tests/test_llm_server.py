@@ -15,11 +15,12 @@ from agent.llm_server import (
 
 
 def test_embedded_server_starts_answers_and_stops():
-    with embedded_llama_server(threads=2) as server:
-        r = httpx.post(f"{server.base_url}/chat/completions", timeout=60, json={
-            "model": server.model_id, "max_tokens": 8,
-            "messages": [{"role": "user", "content": "Say hello."}],
-        })
+    key = "-Kx3"  # serve.py's secrets.token_urlsafe keys may start with "-": not an option to the server
+    with embedded_llama_server(threads=2, api_key=key) as server:
+        assert httpx.get(f"{server.base_url}/models", timeout=30).status_code == 401  # the key is demanded
+        r = httpx.post(f"{server.base_url}/chat/completions", timeout=60, headers={"Authorization": f"Bearer {key}"},
+                       json={"model": server.model_id, "max_tokens": 8,
+                             "messages": [{"role": "user", "content": "Say hello."}]})
         assert r.status_code == 200
         assert r.json()["choices"][0]["message"]["content"].strip()
         proc = server.process

@@ -19,7 +19,7 @@ fp32 -> bf16 and compares bf16 bit patterns: ``interpreter_rounds_bf16_like_a_gp
 CPU replays :class:`FusedNumericsLSTM`, the fused cell's arithmetic in torch (``emulate``); the
 kernels themselves are replayed in bf16 on CUDA (``tests/gpu/test_fused_ties.py``).
 
-``python -m tests.gpu.fused_ties [device] [dtype] [emulate]`` prints one JSON line.
+``python -m tests.gpu.fused_ties [device] [dtype] [emulate] [batch=N] [frames=N]`` prints one JSON line.
 """
 
 from __future__ import annotations
@@ -256,4 +256,5 @@ if __name__ == "__main__":
     device = args[0] if args else "cpu"
     dtype = args[1] if len(args) > 1 else "bfloat16"
     emulate = "emulate" in args[2:]
-    print(json.dumps(check(device, dtype, emulate=emulate)))
+    sizes = {k: int(v) for k, _, v in (a.partition("=") for a in args[2:] if a.startswith(("batch=", "frames=")))}
+    print(json.dumps(check(device, dtype, emulate=emulate, **sizes)))
