@@ -130,7 +130,7 @@ class Engines:
             from asr.whisper_model import shared_whisper_model, transcribe_greedy
 
             model = shared_whisper_model(resolve_whisper_path(self.config.asr), self.config.asr.device,
-                                         self.config.asr.compute_type)
+                                         self.config.asr.compute_type, self.config.asr.cpu_threads)
             noise = np.random.default_rng(0).normal(0, 0.01, 16000).astype(np.float32)
             transcribe_greedy(model, noise, self.config.asr.language, 1.0)
         elif self.remote_asr:

@@ -25,6 +25,8 @@ class ASRConfig:
     # Whisper: start transcribing after this much quiet, before the VAD confirms the stop;
     # the result is used only if nothing audible followed (asr/eager_segment.py). 0 disables.
     eager_quiet_ms: float = 120.0
+    # Whisper on the CPU: CTranslate2's threads for one transcription.
+    cpu_threads: int = 2
     # Parakeet engine options.
     encoder_backend: str = "eager"  # eager | compiled | onnx | cuda_graphs | tensorrt
     dtype: str = "float32"  # float32 | bfloat16

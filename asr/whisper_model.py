@@ -12,19 +12,19 @@ from typing import Any
 
 import numpy as np
 
-_MODELS: dict[tuple[str, str, str], Any] = {}
+_MODELS: dict[tuple[str, str, str, int], Any] = {}
 _LOCK = threading.Lock()
 
 
-def shared_whisper_model(path: str, device: str, compute_type: str) -> Any:
-    """One ``WhisperModel`` per (path, device, compute type) for the whole process."""
+def shared_whisper_model(path: str, device: str, compute_type: str, cpu_threads: int = 2) -> Any:
+    """One ``WhisperModel`` per (path, device, compute type, CPU threads) for the whole process."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from faster_whisper import WhisperModel
 
-    key = (path, device, compute_type)
+    key = (path, device, compute_type, cpu_threads)
     with _LOCK:
         if key not in _MODELS:
-            _MODELS[key] = WhisperModel(path, device=device, compute_type=compute_type, cpu_threads=2)
+            _MODELS[key] = WhisperModel(path, device=device, compute_type=compute_type, cpu_threads=cpu_threads)
         return _MODELS[key]
 
 

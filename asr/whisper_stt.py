@@ -36,7 +36,8 @@ class SharedWhisperSTTService(WhisperSTTService):
     beam search and timestamp tokens only add latency.
     """
 
-    def __init__(self, *, eager: EagerSegment | None = None, **kwargs):
+    def __init__(self, *, eager: EagerSegment | None = None, cpu_threads: int = 2, **kwargs):
+        self._cpu_threads = cpu_threads
         super().__init__(**kwargs)
         self._eager = eager
         self._eager_task: asyncio.Future | None = None
@@ -94,7 +95,8 @@ class SharedWhisperSTTService(WhisperSTTService):
                                        float(self._settings.no_speech_prob))
 
     def _load(self):
-        self._model = shared_whisper_model(str(self._settings.model), self._device, self._compute_type)
+        self._model = shared_whisper_model(str(self._settings.model), self._device, self._compute_type,
+                                           self._cpu_threads)
 
     async def run_stt(self, audio: bytes) -> AsyncGenerator[Frame, None]:
         await self.start_processing_metrics()
@@ -120,6 +122,7 @@ def create_whisper_stt(config: ASRConfig, model_path: str, **kwargs) -> SharedWh
     """The service on the shared model at ``model_path`` (the runtime resolves the embedded default)."""
     return SharedWhisperSTTService(
         eager=EagerSegment(config.eager_quiet_ms) if config.eager_quiet_ms > 0 else None,
+        cpu_threads=config.cpu_threads,
         device=config.device,
         compute_type=config.compute_type,
         ttfs_p99_latency=config.ttfs_p99_s,
