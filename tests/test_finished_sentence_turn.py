@@ -19,7 +19,7 @@ from agent.turn_observer import TurnTiming
 from testkit.corpus import wer
 from testkit.talk_clips import talk_clips
 
-CLIPS = ["hello", "vm-goodbye"]
+CLIPS = ["hello", "vm-goodbye", "ss-noservice"]
 FINISHED_SECS = 0.3  # the default vad.turn_finished_text_secs
 
 
@@ -48,14 +48,21 @@ def _turn(timings: list, transcript: str) -> TurnTiming:
 
 def test_short_finished_answers_end_the_turn_before_the_fallback():
     with_rule, without = asyncio.run(_both_ways())
+    waited = []
     for (clip, turn, timings), (_, turn_off, timings_off) in zip(with_rule, without, strict=True):
         assert wer(clip.text, turn.transcript) == 0, (clip.name, turn.transcript)
         on, off = _turn(timings, turn.transcript), _turn(timings_off, turn_off.transcript)
         fast, slow = on.turn_end - on.vad_stop, off.turn_end - off.vad_stop
         print(clip.name, turn.transcript, f"turn end {fast * 1000:.0f} ms after the VAD stop, "
               f"{slow * 1000:.0f} ms without the rule")
-        # The precondition: smart-turn judged it unfinished, so only the fallback ended it.
-        assert slow >= 0.7, f"{clip.name}: smart-turn ended it without the rule; this test proves nothing"
+        # Without the rule only smart-turn or its fallback ends the turn; smart-turn's verdict on a clip can
+        # change with when the VAD stop falls (a slower box ended "Hello." at once once), so the
+        # precondition is asked of the clips together below.
+        if slow >= 0.7:
+            waited.append(clip.name)
         # With the rule the turn ends 0.3 s past the VAD stop, or as soon as a slower transcript lands.
         due = max(on.vad_stop + FINISHED_SECS, on.transcript)
         assert on.turn_end - due <= 0.1, f"{clip.name}: the finished sentence still waited {fast:.2f} s"
+    # The precondition: smart-turn judged at least one finished answer unfinished, so without the rule only
+    # the fallback ended it; with the rule that same answer ended in time (asserted above).
+    assert waited, "smart-turn ended every clip without the rule; this test proves nothing"
