@@ -61,7 +61,7 @@ def install_stop_signals(loop: asyncio.AbstractEventLoop, on_signal: Callable[[s
 class CadenceServer:
     config: Config
     engines: Engines | None = None
-    llm_server: Any = None  # ManagedLLMServer, or agent.llm_replicas.LLMServerGroup with llm.replicas > 1
+    llm_server: Any = None  # ManagedLLMServer (embedded llama.cpp) or agent.llm_replicas.LLMServerGroup (GPU servers)
     engine_proc: Any = None  # agent.engine_process.ManagedEngineProcess with server.engine_process
     asr_engine_proc: Any = None  # its ASR-only sibling with server.asr_engine_process
     gate: AdmissionGate | None = None
@@ -116,7 +116,7 @@ class CadenceServer:
         return base_url, model
 
     async def _start_gpu_llm(self, plan: Any, device: Any, log: Path | None) -> Any:
-        """The GPU LLM server, or ``llm.replicas`` of them one after another: each is started and answers
+        """The GPU LLM servers (``llm.replicas``, 1 by default), one after another: each is started and answers
         once (its first request builds its KV cache, sized from the memory free just before it started)
         before the next starts, and all of them before ASR and TTS take their memory."""
         from agent.gpu_memory import check_llm_server, managed_llm_server, read_device_memory
@@ -124,23 +124,19 @@ class CadenceServer:
 
         cfg = self.config
         n = cfg.llm.replicas
-        group = LLMServerGroup()
-        if n > 1:
-            self.llm_server = group  # stop_children stops the ones already up if a later one fails
+        group = self.llm_server = LLMServerGroup()  # stop_children stops those already up if a later one fails
         for i in range(n):
             if i and device is not None:
                 device = read_device_memory(cfg.gpu.device)
             path = log if log is None or n == 1 else log.with_name(f"{log.stem}-{i}{log.suffix}")
             server = managed_llm_server(plan, cfg, device, log_path=path, replicas=n)
             group.servers.append(server)
-            if n == 1:
-                self.llm_server = server
             await server.astart()
             health = await asyncio.to_thread(check_llm_server, server.base_url, server.model_id, 300.0,
                                              self.llm_kind, cfg.llm.temperature)
             label = f"LLM ({self.llm_kind})" + (f" replica {i + 1}/{n}" if n > 1 else "")
             logger.info(f"{label} first token in {health.first_token_ms:.0f} ms")
-        return group if n > 1 else group.servers[0]
+        return group
 
     async def start_engine_process(self) -> None:
         """With ``server.engine_process`` (and no engine socket given by a parent): start the engine process

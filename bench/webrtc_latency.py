@@ -245,14 +245,16 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
             server.command[at:at + 2] = [str(ROOT / "bench/llama_server_no_repack.py")]
         return server.start()
 
-    llm = llm_server("llm")
-    # --llm-per-system: stock gets a server of its own (the same model and flags), so neither system's
-    # requests wait behind or evict the other's prompt state; by default one server is shared.
-    stock_llm = llm_server("llm-stock") if args.llm_per_system and not args.cadence_only else llm
-    load_before = load_average()
     with ExitStack() as stack:
+        llm = llm_server("llm")
         stack.callback(llm.stop)
-        stack.callback(stock_llm.stop)
+        # --llm-per-system: stock gets a server of its own (the same model and flags), so neither system's
+        # requests wait behind or evict the other's prompt state; by default one server is shared.
+        stock_llm = llm
+        if args.llm_per_system and not args.cadence_only:
+            stock_llm = llm_server("llm-stock")
+            stack.callback(stock_llm.stop)
+        load_before = load_average()
         sets = [f"llm.base_url={llm.base_url}", f"llm.model={llm.model_id}", "server.webrtc_ice_hosts=127.0.0.1",
                 "server.log_level=WARNING", *args.set]
         cadence = stack.enter_context(cadence_process(
