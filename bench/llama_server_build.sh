@@ -32,4 +32,4 @@ if [ ! -x "$BIN" ]; then
 fi
 runs "$BIN" || { "$BIN" --version >&2; exit 5; }
 "$BIN" --version 2>&1 | head -2 >&2
-echo "$PWD/$BIN"
+realpath "$BIN"  # BUILD_DIR may be relative (to the repo root) or absolute
