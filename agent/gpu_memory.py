@@ -281,6 +281,12 @@ def managed_llm_server(plan: MemoryPlan | None, config: Config, device: DeviceMe
         # No GPU share (a CPU box, e.g. with --set llm.server_args="--device cpu"): nothing to size.
         return gpu_llm_server("transformers", model, config.gpu.device, extra=extra, start_timeout_s=timeout,
                               log_path=log_path)
+    if kind == "llama-server" and (plan is None or plan.share("llm").fraction <= 0):
+        # No GPU share (a CPU build of llama.cpp): llm.parallel slots, else one per admitted caller up to 4.
+        parallel = config.llm.parallel or max(1, min(4, config.admission.max_sessions))
+        return gpu_llm_server("llama-server", model, config.gpu.device, max_model_len=config.llm.context_size,
+                              parallel=parallel, served_model_name=config.llm.served_model_name, extra=extra,
+                              start_timeout_s=timeout, log_path=log_path, binary=config.llm.server_path)
     if plan is None or plan.share("llm").fraction <= 0:
         raise GPUPlanError(f"llm.server = {kind!r} runs on the GPU but gpu.llm_fraction is 0: give the LLM a share")
     if replicas < 1:

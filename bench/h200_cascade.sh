@@ -19,7 +19,12 @@
 # $OUT gets at most 7 files: capacity.json, capacity.png, cadence-capacity.toml, llm_alone.json,
 # summary.txt, logs.tar.gz (every log), and nvidia-smi.csv.
 # Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS
-# ENGINE_PROCESS ASR_ENGINE_PROCESS KOKORO_COMPILE KOKORO_DTYPE CALIBRATE MPS STT_TEST KOKORO_TEST LLM_REPLICAS.
+# ENGINE_PROCESS ASR_ENGINE_PROCESS KOKORO_COMPILE KOKORO_DTYPE CALIBRATE MPS STT_TEST KOKORO_TEST LLM_REPLICAS
+# LLM_SERVER LLAMA_ARGS.
+# LLM_SERVER=llama-server serves the LLM with llama.cpp's native server built with CUDA on the device
+# (bench/llama_server_build.sh into /tmp/llama-build, ~270 s on 16 cores, alongside the checkpoints; carry
+# ".llamacpp" from bench/llama_server_src.sh) and a random f16 GGUF of the same shape
+# (bench/llm_gguf_checkpoint.py); LLAMA_ARGS go to its command line (e.g. "--backend-sampling").
 # LLM_REPLICAS=N sets llm.replicas: N transformers servers on 1/N of the LLM's share each, calls spread over
 # them (agent/llm_replicas.py); their logs are llm-server-<i>.log.
 # ASR_ENGINE_PROCESS=0 keeps streaming Parakeet in the TTS's engine process (runs 25-30; gpu.toml now gives it
@@ -134,7 +139,7 @@ fi
 nvidia-smi --query-gpu=timestamp,memory.used,memory.total,utilization.gpu --format=csv -l 5 \
   > "$LOGS/nvidia-smi.csv" 2>/dev/null &
 SMI_PID=$!
-(top -b -c -d 5 -w 220 2>/dev/null | grep --line-buffered -E "^top -|python|transformers|cadence" > "$LOGS/top.log") &
+(top -b -c -d 5 -w 220 2>/dev/null | grep --line-buffered -E "^top -|python|transformers|cadence|llama-server" > "$LOGS/top.log") &
 TOP_PID=$!
 
 # 2. random-weight models (and, alongside, Parakeet's pipecat STT service on CUDA as gpu.toml builds it) --
@@ -151,8 +156,21 @@ else
   echo "skipped (KOKORO_TEST=0)" > "$LOGS/pytest_kokoro_cuda.log"; true &
 fi
 KOKORO_TEST_PID=$!
-timeout 200 "$PY" bench/llm_checkpoint.py /tmp/cadence/llm --shape "$SHAPE" "${TINY[@]}" > "$LOGS/llm_checkpoint.log" 2>&1 &
-LLM_BUILD=$!
+LLM_SERVER=${LLM_SERVER:-transformers}
+if [ "$LLM_SERVER" = llama-server ]; then
+  LSRC=${LLAMA_SRC:-/tmp/llama.cpp-src}
+  [ -d "$LSRC/llama.cpp" ] || { mkdir -p "$LSRC" && tar xzf .llamacpp/src.tar.gz -C "$LSRC"; }
+  BUILD_DIR=${LLAMA_BUILD:-/tmp/llama-build} SRC_DIR=$LSRC bash bench/llama_server_build.sh \
+    > "$LOGS/llama_build.out" 2> "$LOGS/llama_build.log" &
+  LLAMA_BUILD_PID=$!
+  GGUF_SHAPE=$SHAPE; [ ${#TINY[@]} -gt 0 ] && GGUF_SHAPE=tiny
+  PYTHONPATH="$PYTHONPATH:$LSRC/llama.cpp/gguf-py" timeout 300 "$PY" bench/llm_gguf_checkpoint.py /tmp/cadence/llm.gguf \
+    --shape "$GGUF_SHAPE" --vocab "$LSRC/llama.cpp/models/ggml-vocab-llama-bpe.gguf" > "$LOGS/llm_checkpoint.log" 2>&1 &
+  LLM_BUILD=$!
+else
+  timeout 200 "$PY" bench/llm_checkpoint.py /tmp/cadence/llm --shape "$SHAPE" "${TINY[@]}" > "$LOGS/llm_checkpoint.log" 2>&1 &
+  LLM_BUILD=$!
+fi
 # the random Parakeet's emission calibrated on the prompts the callers play (CALIBRATE=0: on random clips, as
 # runs 17-29; with it, many prompt segments decoded to nothing); a failed prompt calibration falls back
 CAL=(); [ "${CALIBRATE:-1}" = 1 ] && CAL=(--calibrate-on .cascade/prompts.npz)
@@ -174,16 +192,26 @@ wait $KOKORO_TEST_PID
 say "Kokoro on CUDA (tests/gpu/test_kokoro_cuda.py): $(tail -1 "$LOGS/pytest_kokoro_cuda.log")"
 grep -E "^FAILED|Error" "$LOGS/pytest_kokoro_cuda.log" | cut -c1-300 | head -5 | tee -a "$OUT/summary.txt"
 [ $LLM_RC -eq 0 ] && [ $PK_RC -eq 0 ] || { tail -30 "$LOGS/llm_checkpoint.log" "$LOGS/parakeet_checkpoint.log"; exit 1; }
+LLM_SETS=()
+if [ "$LLM_SERVER" = llama-server ]; then
+  wait $LLAMA_BUILD_PID; LB_RC=$?
+  say "llama-server build rc=$LB_RC: $(grep -E "built|prebuilt" "$LOGS/llama_build.log" | tr '\n' ' ')"
+  [ $LB_RC -eq 0 ] || { tail -30 "$LOGS/llama_build.log"; exit 1; }
+  LLM_SETS=(--set llm.server=llama-server --set llm.model=/tmp/cadence/llm.gguf
+            --set "llm.server_path=$(tail -1 "$LOGS/llama_build.out")")
+  LLM_SETS+=(--set "llm.server_args=${LLAMA_ARGS:-}")  # (DRY_RUN's are transformers serve's)
+  [ "${DRY_RUN:-0}" = 1 ] && LLM_SETS+=(--set llm.parallel=4)
+fi
 
 # 3. the LLM alone (LLM_LEVELS= empty skips it) ---------------------------------------------------
-[ -n "$LLM_LEVELS" ] && timeout 170 "$PY" bench/llm_alone.py --config examples/gpu.toml --set llm.temperature=1.0 "${DRY[@]}" \
+[ -n "$LLM_LEVELS" ] && timeout 170 "$PY" bench/llm_alone.py --config examples/gpu.toml --set llm.temperature=1.0 "${DRY[@]}" "${LLM_SETS[@]}" \
   --levels "$LLM_LEVELS" --max-tokens 48 --server-log "$LOGS/llm-alone-server.log" --out "$OUT/llm_alone.json" \
   2>&1 | tee "$LOGS/llm_alone.log" | grep -E "^chats|server" | tee -a "$OUT/summary.txt"
 
 # 4. cadence serve -------------------------------------------------------------------------------
 SETS=(--set "admission.max_sessions=$MAX_LEVEL" --set admission.queue_size=0 --set admission.budget_gate=false
       --set llm.temperature=1.0 --set "llm.max_tokens=$REPLY_TOKENS" --set "llm.server_log=$LOGS/llm-server.log"
-      --set budgets.window_s=900 --set gpu.check_measured=false "${DRY[@]}")
+      --set budgets.window_s=900 --set gpu.check_measured=false "${DRY[@]}" "${LLM_SETS[@]}")
 [ -n "${TTS_ENGINE:-}" ] && SETS+=(--set "tts.engine=$TTS_ENGINE")
 [ -n "${LLM_REPLICAS:-}" ] && SETS+=(--set "llm.replicas=$LLM_REPLICAS")
 [ "${KOKORO_COMPILE:-0}" = 1 ] && SETS+=(--set tts.kokoro_compile=true)

@@ -136,3 +136,13 @@ def test_a_model_that_is_not_a_local_gguf_is_refused(tmp_path, fake_binary):
     cfg = _config(tmp_path / "llm")  # a folder name, as transformers takes
     with pytest.raises(GPUPlanError, match="local .gguf file"):
         managed_llm_server(plan_memory(cfg.gpu, H200.total_bytes), cfg, H200)
+
+
+def test_with_no_gpu_share_a_cpu_build_gets_a_few_slots(tmp_path, fake_binary):
+    model = llama_1b_header(tmp_path / "llm.gguf")
+    cfg = _config(model, llm_fraction=0.0)
+    cfg.gpu.asr_fraction = cfg.gpu.tts_fraction = 0.0
+    cmd = managed_llm_server(None, cfg).command
+    assert cmd[cmd.index("--parallel") + 1] == "4"
+    cfg.llm.parallel = 2
+    assert managed_llm_server(None, cfg).command[cmd.index("--parallel") + 1] == "2"
