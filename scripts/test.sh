@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh --test
 export HF_HUB_OFFLINE=1
 .venv/bin/ruff check .
-exec .venv/bin/python -m pytest -q -ra "$@"
+exec .venv/bin/python -m pytest -q -ra --durations=25 "$@"
