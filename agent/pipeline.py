@@ -54,6 +54,9 @@ from agent.vad_batcher import BatchedSileroVADAnalyzer
 from tts.engines import TTSEngine, create_engine
 from tts.service import CadenceTTSService
 
+# ASR engines that transcribe each VAD segment after its stop (one transcript per segment).
+SEGMENTED_ENGINES = frozenset({"whisper", "moonshine"})
+
 
 @dataclass
 class Engines:
@@ -133,6 +136,14 @@ class Engines:
                                          self.config.asr.compute_type, self.config.asr.cpu_threads)
             noise = np.random.default_rng(0).normal(0, 0.01, 16000).astype(np.float32)
             transcribe_greedy(model, noise, self.config.asr.language, 1.0)
+        elif self.config.asr.engine == "moonshine":
+            import numpy as np
+
+            from agent.models import resolve_moonshine_path
+            from asr.moonshine.model import shared_moonshine_model
+
+            model = shared_moonshine_model(resolve_moonshine_path(self.config.asr), self.config.asr.cpu_threads)
+            model.transcribe(np.random.default_rng(0).normal(0, 0.01, 16000).astype(np.float32))
         elif self.remote_asr:
             return  # loaded and warmed in the engine process
         elif self.config.asr.engine == "parakeet":
@@ -175,6 +186,11 @@ class Engines:
             from asr.whisper_stt import create_whisper_stt
 
             return create_whisper_stt(asr, resolve_whisper_path(asr))
+        if asr.engine == "moonshine":
+            from agent.models import resolve_moonshine_path
+            from asr.moonshine.stt import create_moonshine_stt
+
+            return create_moonshine_stt(asr, resolve_moonshine_path(asr))
         if asr.engine == "parakeet" and self.remote_asr:
             from asr.parakeet.remote import RemoteStreamBatcher
             from asr.parakeet.stt_service import ParakeetSTTService
@@ -189,7 +205,7 @@ class Engines:
             from asr.parakeet.stt_service import create_parakeet_stt
 
             return create_parakeet_stt(asr)
-        raise ValueError(f"unknown asr.engine {asr.engine!r} (whisper, parakeet)")
+        raise ValueError(f"unknown asr.engine {asr.engine!r} (whisper, moonshine, parakeet)")
 
 
 def make_vad(config: Config) -> SileroVADAnalyzer:
@@ -210,7 +226,7 @@ def make_turn_strategies(config: Config, speculation_stats: SpeculationStats | N
     """End of turn: smart-turn with a short silence fallback, or plain VAD silence.
 
     Stock smart-turn waits ~3 s of silence when it misjudges a finished sentence; the
-    fallback here is ``vad.turn_fallback_secs`` (with Whisper, ``vad.turn_finished_text_secs`` when the
+    fallback here is ``vad.turn_fallback_secs`` (with a segmented ASR, ``vad.turn_finished_text_secs`` when the
     transcript reads as a finished sentence). With Parakeet and ``llm.speculate`` set, the
     stop strategy also starts speculative replies on partials (``agent.speculative_turn``).
     """
@@ -223,8 +239,8 @@ def make_turn_strategies(config: Config, speculation_stats: SpeculationStats | N
         stop = [timeout_cls(user_speech_timeout=config.vad.turn_fallback_secs, **spec)]
     else:
         analyzer = SharedSmartTurnAnalyzerV3(params=SmartTurnParams(stop_secs=config.vad.turn_fallback_secs))
-        # Whisper transcribes per VAD segment: the turn must wait for its last segment's text.
-        if config.asr.engine == "whisper":
+        # Whisper and Moonshine transcribe per VAD segment: the turn must wait for its last segment's text.
+        if config.asr.engine in SEGMENTED_ENGINES:
             finished = config.vad.turn_finished_text_secs
             stop = [SegmentedTurnAnalyzerStopStrategy(turn_analyzer=analyzer,
                                                       finished_text_secs=finished if finished >= 0 else None)]

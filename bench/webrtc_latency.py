@@ -21,6 +21,7 @@ client's clock.
 
     python bench/webrtc_latency.py                # 12 clips x 2 systems, one round (~5 min)
     python bench/webrtc_latency.py --rounds 3
+    python bench/webrtc_latency.py --set asr.engine=moonshine   # Cadence on Moonshine tiny-en (stock keeps Whisper)
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from transports.webrtc_client import WebRTCCaller  # noqa: E402
 RATE = 16000
 VOICED_LEVEL = 300  # a received int16 sample above this is bot speech (Opus silence decodes to ~0)
 SYSTEMS = ("stock", "cadence")
+ASR_NAMES = {"whisper": "Whisper tiny.en int8", "moonshine": "Moonshine tiny-en (ONNX Runtime)"}
 
 
 async def wait_reply(caller: WebRTCCaller, since: float, max_wait_s: float, quiet_s: float) -> float | None:
@@ -289,7 +291,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
             "order": "alternating per clip (even: stock first)", "clock": "frame with the last voiced sample sent "
             "-> first received bot frame above |300|", "voiced_rule": {"db_below_peak": VOICED_DB,
                                                                           "rms_floor": VOICED_FLOOR},
-            "models": "Whisper tiny.en int8, SmolLM2-135M on " + ("a llama.cpp server per system" if stock_llm is not llm
+            "models": ASR_NAMES.get(config.asr.engine, config.asr.engine) + " (stock: Whisper tiny.en int8), SmolLM2-135M on " + ("a llama.cpp server per system" if stock_llm is not llm
                       else "one shared llama.cpp server") + f" (threads {config.llm.threads}, nice {config.llm.nice}), "
                       "Piper joe-medium",
             "client_jitter_frames": args.client_jitter_frames or "aiortc default (4)",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install Cadence and everything it needs on a fresh Debian/Ubuntu machine (idempotent).
-#   bash scripts/install.sh          runtime: the embedded CPU default (no GPU, no downloads at run time)
+#   bash scripts/install.sh          runtime: the embedded CPU default and Moonshine (no GPU, no downloads at run time)
 #   bash scripts/install.sh --test   also what the test suite needs (speech corpora, Chromium, dev tools)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +36,7 @@ fi
 
 # The CPU build of torch (the registry's default is a multi-GB CUDA build).
 $PY -m pip install -q "torch==2.13.0" 2>/dev/null || $PY -m pip install -q "torch>=2.5,<2.14"
-extras="embedded,parakeet"
+extras="embedded,parakeet,moonshine"
 [ $want_test -eq 1 ] && extras="$extras,dev"
 echo "== pip: cadence[$extras]"
 # the cached build, also over an older one already in the venv (a local wheel: seconds)
