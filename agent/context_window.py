@@ -5,7 +5,9 @@ plus a per-message overhead, plus the tool schemas the server puts in the prompt
 budget (window - reply tokens - margin), the oldest turns are dropped until it is under
 ``refill_fraction`` of the budget: trimming well below the cap means the next several turns
 append to an unchanged prefix, which llama.cpp and vLLM answer from their prefix cache, instead
-of every turn shifting the prompt and paying for a full re-read.
+of every turn shifting the prompt and paying for a full re-read. The trim itself costs a prefix
+cache (vLLM, transformers) a re-read of the kept turns; the embedded llama.cpp server moves them
+in its cache instead (``agent.llama_cache_reuse``), so there a trim costs what a turn costs.
 
 Never dropped: system messages and the newest turn. Tool results that still matter survive
 their turn: the newest result of each tool (with the assistant message that called it, as the

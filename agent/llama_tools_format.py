@@ -13,7 +13,8 @@ that fit the tool's schema), with four gaps closed:
 - a request with tools and no ``tool_choice`` means ``"auto"`` (OpenAI's rule), not "no tools";
 - a streamed call names its function once, as OpenAI does (the stock stream repeats it per chunk).
 
-SmolLM2 uses ChatML, so the prompt is the model's own format.
+SmolLM2 uses ChatML, so the prompt is the model's own format. Every completion first moves the
+cached turns a context trim kept into place (``agent.llama_cache_reuse``): no re-read after a trim.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from typing import Any
+
+from agent.llama_cache_reuse import CacheReusingLlama
 
 FORMAT = "cadence-chatml-tools"
 
@@ -91,6 +94,7 @@ def chatml_tools_handler(llama: Any, messages: list[dict[str, Any]], tools: list
     """
     from llama_cpp.llama_chat_format import chatml_function_calling
 
+    llama = CacheReusingLlama(llama)  # a trimmed context reuses the cache it still matches
     messages = plain_messages(messages)
     if tools and tool_choice in (None, "auto", "required"):
         choice, prompt = _auto_choice(llama, messages, tools)

@@ -7,18 +7,27 @@ corpus, 15-40 words); the call's simulated clock advances by the time those word
 reply take to say (150 words a minute) plus 2 s per exchange (the bot's ~0.8 s to answer and the
 caller's pause). Every
 ``tool_every`` turns a tool call and its result are added as pipecat's aggregator adds them, so
-trimming must keep call/result pairs whole and the newest result of each tool.
+trimming must keep call/result pairs whole and the newest result of each tool. Every request
+the service sends is read off the wire (an httpx hook): whether it opens with the system prompt.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import time
 from dataclasses import dataclass, field
 
-from pipecat.frames.frames import ErrorFrame, LLMFullResponseEndFrame, LLMMessagesAppendFrame, TTSSpeakFrame
+import httpx
+from pipecat.frames.frames import (
+    ErrorFrame,
+    LLMContextAssistantTimestampFrame,
+    LLMFullResponseEndFrame,
+    LLMMessagesAppendFrame,
+    TTSSpeakFrame,
+)
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -45,6 +54,9 @@ class LongCallReport:
     max_estimate_tokens: int = 0  # the largest context sent, by the window's estimate
     untrimmed_estimate_tokens: int = 0  # what the call's whole history would have been
     turn_s: list[float] = field(default_factory=list)
+    requests: int = 0  # chat completions sent to the server
+    requests_without_system_prompt: int = 0
+    newest_tool_calls: dict[str, str] = field(default_factory=dict)  # tool name -> its newest call's id
     final_messages: list[dict] = field(default_factory=list)
 
 
@@ -52,15 +64,19 @@ class _Watch(BaseObserver):
     def __init__(self) -> None:
         super().__init__(observe_every_push=False)
         self.done = asyncio.Event()
+        self.reply_added = asyncio.Event()  # the assistant aggregator put the reply in the context
         self.errors: list[str] = []
         self.spoken: list[str] = []
 
     async def on_push_frame(self, data: FramePushed) -> None:
         if isinstance(data.frame, LLMFullResponseEndFrame):
             self.done.set()
+        elif isinstance(data.frame, LLMContextAssistantTimestampFrame):
+            self.reply_added.set()
         elif isinstance(data.frame, ErrorFrame):
             self.errors.append(str(data.frame.error))
             self.done.set()
+            self.reply_added.set()
         elif isinstance(data.frame, TTSSpeakFrame):
             self.spoken.append(data.frame.text)
 
@@ -79,7 +95,17 @@ async def run_long_call(base_url: str, model: str, *, minutes: float = 30.0, max
     """Drive a ``minutes``-long call; returns what happened (errors, trims, sizes, timings)."""
     config = LLMConfig(base_url=base_url, api_key=api_key, max_tokens=max_tokens, context_size=context_size,
                        request_timeout_s=turn_timeout_s)
-    llm = CadenceLLMService(config, base_url, model)
+    report = LongCallReport()
+
+    async def read_request(request: httpx.Request) -> None:
+        if request.url.path.endswith("/chat/completions"):
+            sent = json.loads(request.content).get("messages") or [{}]
+            report.requests += 1
+            if sent[0] != {"role": "system", "content": config.system_prompt}:
+                report.requests_without_system_prompt += 1
+
+    http = httpx.AsyncClient(event_hooks={"request": [read_request]})
+    llm = CadenceLLMService(config, base_url, model, http_client=http)
     context = LLMContext()
     pair = LLMContextAggregatorPair(context)
     watch = _Watch()
@@ -88,7 +114,6 @@ async def run_long_call(base_url: str, model: str, *, minutes: float = 30.0, max
     runner = WorkerRunner(handle_sigint=False, check_dangling_tasks=False)
     await runner.add_workers(worker)
     run = asyncio.ensure_future(runner.run())
-    report = LongCallReport()
     lines = caller_lines(seed)
     history_chars = len(config.system_prompt)
     t0 = time.monotonic()
@@ -100,20 +125,20 @@ async def run_long_call(base_url: str, model: str, *, minutes: float = 30.0, max
             if tool_every and report.turns % tool_every == tool_every - 1:
                 call_id = f"call_{report.turns}"
                 name = "check_availability" if (report.turns // tool_every) % 2 else "book_appointment"
+                report.newest_tool_calls[name] = call_id
                 messages = [messages[0],
                             {"role": "assistant", "tool_calls": [{"id": call_id, "type": "function", "function": {
                                 "name": name, "arguments": json.dumps({"day": "Tuesday"})}}]},
                             {"role": "tool", "tool_call_id": call_id,
                              "content": json.dumps(f"{name} result at turn {report.turns}")}]
             watch.done.clear()
-            before = len(context.get_messages())
+            watch.reply_added.clear()
             started = time.monotonic()
             await worker.queue_frames([LLMMessagesAppendFrame(messages=messages, run_llm=True)])
             await asyncio.wait_for(watch.done.wait(), turn_timeout_s)
-            for _ in range(200):  # the assistant aggregator adds the reply just after the end frame
-                if len(context.get_messages()) > before + len(messages) - 1 or watch.errors:
-                    break
-                await asyncio.sleep(0.01)
+            # The assistant aggregator adds the reply just after the end frame (an empty reply adds none).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(watch.reply_added.wait(), 2.0)
             report.turn_s.append(time.monotonic() - started)
             msgs = [m for m in context.get_messages() if isinstance(m, dict)]
             reply = str(msgs[-1].get("content") or "") if msgs and msgs[-1].get("role") == "assistant" else ""
@@ -137,4 +162,5 @@ async def run_long_call(base_url: str, model: str, *, minutes: float = 30.0, max
             await asyncio.wait_for(run, 10)
         except (TimeoutError, asyncio.CancelledError):
             run.cancel()
+        await http.aclose()
     return report

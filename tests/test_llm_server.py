@@ -62,3 +62,4 @@ def test_llama_command_uses_llm_threads_for_prompt_evaluation_too(tmp_path):
     cmd = llama_cpp_command(tmp_path / "m.gguf", 8123, 1, 2048)
     assert cmd[cmd.index("--n_threads") + 1] == "1"
     assert cmd[cmd.index("--n_threads_batch") + 1] == "1"
+    assert cmd[cmd.index("--logits_all") + 1] == "false"  # no per-token logits: Cadence asks for no logprobs
