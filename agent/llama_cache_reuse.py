@@ -12,7 +12,9 @@ Trade-off (the same as llama.cpp's server makes for cache reuse and context shif
 keys and values were computed while the dropped turns still came before it, so a faint trace of those
 turns stays in the kept ones; the model never attends to the dropped tokens themselves. On SmolLM2 the
 next-token distributions of a new turn differ from a fresh read by ~0.006 nats (KL) a token
-(``tests/test_llama_cache_reuse.py``).
+(``tests/test_llama_cache_reuse.py``). On a server shared by several calls, a run of ``MIN_CHUNK``
+tokens one call repeats from another's cache (a stock phrase) is moved too, with the same faint trace
+of what preceded it there.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ at 8 tokens to keep CI quick. Without trimming the history passes the window wit
 (the test checks it would have been over 3 windows); with it no request fails, none gets the
 apology, every request opens with the system prompt, the newest tool result outlives its turn,
 and every trim is served from the server's cache moved into place (``agent.llama_cache_reuse``)
-instead of a re-read of the whole kept history. 20 minutes trim ~7 times, as often as the
-steady state of a longer call needs (``bench/long_call.py`` runs 30 minutes, full-length replies).
+instead of a re-read of the whole kept history. 20 minutes trim 6 times, the steady state a longer
+call only repeats (``bench/long_call.py`` runs 30 minutes with full-length replies).
 """
 
 from __future__ import annotations
