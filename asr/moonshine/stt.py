@@ -29,7 +29,7 @@ def pcm16_to_model_rate(pcm: bytes, sample_rate: int) -> np.ndarray:
         return samples
     import soxr
 
-    return soxr.resample(samples, sample_rate, SAMPLE_RATE).astype(np.float32)
+    return soxr.resample(samples, sample_rate, SAMPLE_RATE).astype(np.float32, copy=False)  # float32 in, float32 out
 
 
 class MoonshineSTTService(EagerSegmentedSTT, SegmentedSTTService):
