@@ -320,7 +320,7 @@ def managed_llm_server(plan: MemoryPlan | None, config: Config, device: DeviceMe
 
 LLAMA_SERVER_BASE_OVERHEAD = 1 << 30  # CUDA context, cuBLAS workspace, graph pools
 LLAMA_SERVER_UBATCH = 512  # llama.cpp's default micro-batch: its logits and activations are the compute buffer
-MAX_AUTO_SLOTS = 512
+LLAMA_MAX_SEQ = 256  # llama.cpp's LLAMA_MAX_SEQ: a context with more sequences fails to load ("n_seq_max must be <= 256")
 
 
 def llama_server_overhead(n_vocab: int, n_embd: int) -> int:
@@ -331,7 +331,7 @@ def llama_server_overhead(n_vocab: int, n_embd: int) -> int:
 
 def llama_server_slots(model: str, share_bytes: int, config: Config, replicas: int = 1) -> int:
     """``llm.parallel``, or (0) as many slots of ``llm.context_size`` tokens as the share holds after the
-    weights and the compute buffer, at most one per admitted caller; a share too small for one slot, or
+    weights and the compute buffer, at most one per admitted caller and llama.cpp's 256; a share too small for one slot, or
     for the slots asked for, is refused naming the knobs."""
     from agent.gguf_meta import GGUFError, read_model
 
@@ -347,6 +347,9 @@ def llama_server_slots(model: str, share_bytes: int, config: Config, replicas: i
     split = f" (1/{replicas} of it: llm.replicas)" if replicas > 1 else ""
     what = (f"llama-server's share {_gib(share_bytes)}{split} holds the weights {_gib(m.file_bytes)} and "
             f"{fits} slot(s) of llm.context_size = {config.llm.context_size} tokens ({_gib(per_slot)} each)")
+    if config.llm.parallel > LLAMA_MAX_SEQ:
+        raise GPUPlanError(f"llm.parallel = {config.llm.parallel}: llama-server holds at most {LLAMA_MAX_SEQ} slots "
+                           "(llama.cpp's LLAMA_MAX_SEQ); lower llm.parallel or set llm.replicas")
     if config.llm.parallel > 0:
         if config.llm.parallel > fits:
             raise GPUPlanError(f"{what}, not llm.parallel = {config.llm.parallel}: lower llm.parallel or "
@@ -355,7 +358,7 @@ def llama_server_slots(model: str, share_bytes: int, config: Config, replicas: i
     if fits < 1:
         raise GPUPlanError(f"{what}: raise gpu.llm_fraction or lower llm.context_size")
     callers = config.admission.max_sessions * max(1, config.server.workers)
-    return int(min(fits, max(1, callers), MAX_AUTO_SLOTS))
+    return int(min(fits, max(1, callers), LLAMA_MAX_SEQ))
 
 
 def managed_vllm_server(plan: MemoryPlan, config: Config, log_path: Path | None = None):

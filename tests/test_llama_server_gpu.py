@@ -113,6 +113,19 @@ def test_auto_slots_are_one_per_admitted_caller_when_the_share_holds_them(tmp_pa
     assert server.env["CUDA_VISIBLE_DEVICES"] == "0" and server.model_name == "llm"
 
 
+def test_slots_stop_at_llama_cpps_256_sequences(tmp_path, fake_binary):
+    # run 38: 8 workers x 256 callers asked for 512 slots and llama-server exited ("n_seq_max must be <= 256")
+    model = llama_1b_header(tmp_path / "llm.gguf", weights_bytes=int(2.5 * GIB))
+    cfg = _config(model, llm_fraction=0.60)
+    cfg.server.workers = 8
+    plan = plan_memory(cfg.gpu, H200.total_bytes)
+    cmd = managed_llm_server(plan, cfg, H200).command
+    assert cmd[cmd.index("--parallel") + 1] == "256"
+    cfg.llm.parallel = 300
+    with pytest.raises(GPUPlanError, match="at most 256 slots"):
+        managed_llm_server(plan, cfg, H200)
+
+
 def test_a_small_share_gets_the_slots_it_holds_and_an_explicit_count_too_many_is_refused(tmp_path, fake_binary):
     model = llama_1b_header(tmp_path / "llm.gguf", weights_bytes=int(2.5 * GIB))
     cfg = _config(model, llm_fraction=0.05)  # 7 GiB: 2.5 GiB of weights, ~1.3 GiB of buffers, 25 slots of 128 MiB
