@@ -4,11 +4,16 @@ FFN 8192, 128256 tokens), f16, so prefill, decode and the KV cache cost what the
 
 The tokenizer is Llama 3's own (``models/ggml-vocab-llama-bpe.gguf`` from llama.cpp's source, vocabulary
 and merges only): prompts are tokenized exactly as the real model's. The output head is untied and
-random over a chosen set of tokens only (common lower-case English words, and ``,`` / ``.`` at about one
-token in nine and one in twenty-three): a reply is nonsense made of words with clause marks, so the TTS
-stage speaks words and starts on the first clause as it would for real text (the same aim as
-``bench/llm_checkpoint.py``'s word-level stand-in tokenizer for transformers serve). Every other row of the
-head is zero, so special tokens never win and replies run to ``max_tokens``.
+over a chosen set of tokens only (common lower-case English words, ``,`` and ``.``): a reply is nonsense made
+of words with a comma after one word in nine and a full stop after one in twenty-three, the rates of
+``bench/llm_checkpoint.py``'s word-level stand-in tokenizer for transformers serve, so the TTS stage starts on
+the first clause as early as it does there and the two servers are compared on the same text. Those rates
+hold at every step: every token embedding carries one large constant dimension (``ANCHOR``) that dominates
+the residual stream through the random layers, so the final normed hidden state always points the same
+way, and the head reads that dimension only (fixed logits, sampled at temperature 1). A head reading random
+directions instead (run 38) gave one comma in ~25 words, and the TTS waited for twelve words. The layers still
+compute on everything. Every other row of the head is zero, so special tokens never win and replies run to
+``max_tokens``.
 
 ``--tiny`` writes 2 layers at width 64 (CPU tests of the server path). Needs ``gguf`` (llama.cpp's gguf-py:
 ``PYTHONPATH=<llama.cpp>/gguf-py``) and numpy.
@@ -40,9 +45,13 @@ CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
 )
-WORD = re.compile(r"^\u0120[a-z]{2,9}$")  # "Ġword": a space and a lower-case word, byte-level BPE
-WORDS = 2000  # the most frequent such tokens (the vocabulary is ordered by merge rank)
-LOGIT_STD = {"word": 4.0, ",": 5.2, ".": 5.0}  # E[exp(logit)] = exp(std^2 / 2): ~1/9 commas, ~1/23 stops
+WORD = re.compile(r"^\u0120[a-z]{3,9}$")  # "Ġword": a space and a lower-case word, byte-level BPE
+WORDS = 38  # the most frequent such tokens (the vocabulary is ordered by merge rank)
+# 38 equally likely words plus the two marks are 40 tokens: llama-server's default samplers (top-k 40, min-p
+# 0.05, top-p 0.95) keep all of them, so its replies read like those of transformers serve's full sampling
+SPOKEN_LOGIT = 30.0  # over the zero rows' 0: the other 128k tokens together weigh ~e^-18 of the spoken ones
+MARKS_PER_WORD = {",": 1 / 9, ".": 1 / 23}  # as bench/llm_checkpoint.py's vocabulary
+ANCHOR = 1000.0  # the embeddings' constant dimension 0 (f16 holds it; the layers add O(1) per layer)
 
 
 def vocab_fields(vocab_path: Path):
@@ -59,16 +68,16 @@ def vocab_fields(vocab_path: Path):
                 eos=int(f["tokenizer.ggml.eos_token_id"].contents()))
 
 
-def output_head(tokens: list[str], n_embd: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
-    """Rows random only for the spoken tokens (see the module docstring), zero elsewhere."""
-    head = np.zeros((len(tokens), n_embd), dtype=np.float16)
+def output_head(tokens: list[str], n_embd: int) -> tuple[np.ndarray, int]:
+    """Rows that read dimension 0 only, for the spoken tokens (see the module docstring); zero elsewhere."""
+    head = np.zeros((len(tokens), n_embd), dtype=np.float32)
     words = [i for i, t in enumerate(tokens) if WORD.match(t)][:WORDS]
-    # RMS-normed hidden states have norm ~sqrt(n_embd): a row of std s gives logits of std ~s*sqrt(n_embd)
-    scale = 1.0 / np.sqrt(n_embd)
-    head[words] = rng.standard_normal((len(words), n_embd)).astype(np.float32) * LOGIT_STD["word"] * scale
-    for mark in (",", "."):
-        head[tokens.index(mark)] = rng.standard_normal(n_embd).astype(np.float32) * LOGIT_STD[mark] * scale
-    return head, len(words)
+    # the RMS-normed final state: dimension 0 is ~sqrt(n_embd) (the anchor dominates), the rest ~0
+    h0 = np.sqrt(n_embd)
+    head[words, 0] = SPOKEN_LOGIT / h0
+    for mark, per_word in MARKS_PER_WORD.items():
+        head[tokens.index(mark), 0] = (SPOKEN_LOGIT + np.log(per_word * len(words))) / h0
+    return head.astype(np.float16), len(words)
 
 
 def build(out: Path, vocab: Path, shape: str = "llama-3.2-1b", seed: int = 0) -> dict:
@@ -107,9 +116,11 @@ def build(out: Path, vocab: Path, shape: str = "llama-3.2-1b", seed: int = 0) ->
         return (rng.standard_normal(shape_, dtype=np.float32) * std).astype(np.float16)
 
     n_vocab = len(v["tokens"])
-    w.add_tensor("token_embd.weight", normal(n_vocab, n_embd))
+    embd = normal(n_vocab, n_embd)
+    embd[:, 0] = ANCHOR
+    w.add_tensor("token_embd.weight", embd)
     w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-    head, n_words = output_head(v["tokens"], n_embd, rng)
+    head, n_words = output_head(v["tokens"], n_embd)
     w.add_tensor("output.weight", head)
     for i in range(s["n_layer"]):
         p = f"blk.{i}."
