@@ -4,14 +4,16 @@ FFN 8192, 128256 tokens), f16, so prefill, decode and the KV cache cost what the
 
 The tokenizer is Llama 3's own (``models/ggml-vocab-llama-bpe.gguf`` from llama.cpp's source, vocabulary
 and merges only): prompts are tokenized exactly as the real model's. The output head is untied and
-over a chosen set of tokens only (common lower-case English words, ``,`` and ``.``): a reply is nonsense made
-of words with a comma after one word in nine and a full stop after one in twenty-three, the rates of
+over 40 tokens only: 38 words of ``bench/llm_checkpoint.py``'s stand-in list (the first that are single
+Llama 3 tokens), ``,`` and ``.``, few enough that llama-server's default samplers (top-k 40, min-p 0.05, top-p
+0.95) keep them all. A reply is nonsense made of the same English words as there, with a comma after one word in nine and a full stop after one in twenty-three, the rates of
 ``bench/llm_checkpoint.py``'s word-level stand-in tokenizer for transformers serve, so the TTS stage starts on
 the first clause as early as it does there and the two servers are compared on the same text. Those rates
 hold at every step: every token embedding carries one large constant dimension (``ANCHOR``) that dominates
 the residual stream through the random layers, so the final normed hidden state always points the same
 way, and the head reads that dimension only (fixed logits, sampled at temperature 1). A head reading random
-directions instead (run 38) gave one comma in ~25 words, and the TTS waited for twelve words. The layers still
+directions over 2,000 byte-level word pieces (run 38) gave one comma in ~25 words, so the TTS waited for
+twelve words, and pieces such as "str" and "def" (run 40) cost Kokoro more than the words they stand for. The layers still
 compute on everything. Every other row of the head is zero, so special tokens never win and replies run to
 ``max_tokens``.
 
@@ -23,11 +25,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from llm_checkpoint import words as stand_in_words  # noqa: E402 (bench/ is not a package)
 
 SHAPES = {
     "llama-3.2-1b": dict(n_embd=2048, n_ff=8192, n_layer=16, n_head=32, n_head_kv=8, rope_theta=500000.0),
@@ -45,10 +51,7 @@ CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
 )
-WORD = re.compile(r"^\u0120[a-z]{3,9}$")  # "Ġword": a space and a lower-case word, byte-level BPE
-WORDS = 38  # the most frequent such tokens (the vocabulary is ordered by merge rank)
-# 38 equally likely words plus the two marks are 40 tokens: llama-server's default samplers (top-k 40, min-p
-# 0.05, top-p 0.95) keep all of them, so its replies read like those of transformers serve's full sampling
+WORDS = 38  # the first words of bench/llm_checkpoint.py's list that are single Llama 3 tokens ("\u0120word")
 SPOKEN_LOGIT = 30.0  # over the zero rows' 0: the other 128k tokens together weigh ~e^-18 of the spoken ones
 MARKS_PER_WORD = {",": 1 / 9, ".": 1 / 23}  # as bench/llm_checkpoint.py's vocabulary
 ANCHOR = 1000.0  # the embeddings' constant dimension 0 (f16 holds it; the layers add O(1) per layer)
@@ -71,7 +74,8 @@ def vocab_fields(vocab_path: Path):
 def output_head(tokens: list[str], n_embd: int) -> tuple[np.ndarray, int]:
     """Rows that read dimension 0 only, for the spoken tokens (see the module docstring); zero elsewhere."""
     head = np.zeros((len(tokens), n_embd), dtype=np.float32)
-    words = [i for i, t in enumerate(tokens) if WORD.match(t)][:WORDS]
+    index = {t: i for i, t in enumerate(tokens)}
+    words = [index["\u0120" + w] for w in stand_in_words() if "\u0120" + w in index][:WORDS]
     # the RMS-normed final state: dimension 0 is ~sqrt(n_embd) (the anchor dominates), the rest ~0
     h0 = np.sqrt(n_embd)
     head[words, 0] = SPOKEN_LOGIT / h0
