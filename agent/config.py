@@ -82,7 +82,7 @@ class VADConfig:
     turn: str = "smart"
     # Silence after which the turn ends even if smart-turn judged the sentence unfinished.
     turn_fallback_secs: float = 0.8
-    # Whisper / Moonshine: a turn smart-turn judged unfinished whose transcript reads as a finished sentence
+    # A turn smart-turn judged unfinished whose newest final transcript reads as a finished sentence
     # (agent/sentence_end.py: "Hello.", not "I want to.") ends after this much silence past the VAD stop
     # (0.2 s + this of quiet in all) instead of the fallback. Negative: off.
     turn_finished_text_secs: float = 0.3

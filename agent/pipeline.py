@@ -29,13 +29,14 @@ from pipecat.processors.aggregators.llm_response_universal import (
 from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.transports.base_transport import BaseTransport
 from pipecat.turns.user_start import VADUserTurnStartStrategy
-from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy, TurnAnalyzerUserTurnStopStrategy
+from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
 from agent.call_control import CallControl
 from agent.call_control import install as install_call_control
 from agent.config import CallConfig, Config
 from agent.fast_barge_in import FastBargeIn
+from agent.finished_text_stop import FinishedTextTurnAnalyzerStopStrategy
 from agent.llm_replicas import ReplicaPicker, replica_urls
 from agent.llm_stage import CadenceLLMService
 from agent.models import piper_voice
@@ -226,7 +227,7 @@ def make_turn_strategies(config: Config, speculation_stats: SpeculationStats | N
     """End of turn: smart-turn with a short silence fallback, or plain VAD silence.
 
     Stock smart-turn waits ~3 s of silence when it misjudges a finished sentence; the
-    fallback here is ``vad.turn_fallback_secs`` (with a segmented ASR, ``vad.turn_finished_text_secs`` when the
+    fallback here is ``vad.turn_fallback_secs`` (``vad.turn_finished_text_secs`` when the newest final
     transcript reads as a finished sentence). With Parakeet and ``llm.speculate`` set, the
     stop strategy also starts speculative replies on partials (``agent.speculative_turn``).
     """
@@ -239,14 +240,14 @@ def make_turn_strategies(config: Config, speculation_stats: SpeculationStats | N
         stop = [timeout_cls(user_speech_timeout=config.vad.turn_fallback_secs, **spec)]
     else:
         analyzer = SharedSmartTurnAnalyzerV3(params=SmartTurnParams(stop_secs=config.vad.turn_fallback_secs))
+        finished = config.vad.turn_finished_text_secs
+        finished_secs = finished if finished >= 0 else None
         # Whisper and Moonshine transcribe per VAD segment: the turn must wait for its last segment's text.
         if config.asr.engine in SEGMENTED_ENGINES:
-            finished = config.vad.turn_finished_text_secs
-            stop = [SegmentedTurnAnalyzerStopStrategy(turn_analyzer=analyzer,
-                                                      finished_text_secs=finished if finished >= 0 else None)]
+            stop = [SegmentedTurnAnalyzerStopStrategy(turn_analyzer=analyzer, finished_text_secs=finished_secs)]
         else:
-            strategy = SpeculativeTurnAnalyzerStopStrategy if triggers else TurnAnalyzerUserTurnStopStrategy
-            stop = [strategy(turn_analyzer=analyzer, **spec)]
+            strategy = SpeculativeTurnAnalyzerStopStrategy if triggers else FinishedTextTurnAnalyzerStopStrategy
+            stop = [strategy(turn_analyzer=analyzer, finished_text_secs=finished_secs, **spec)]
     # Only VAD starts a turn: a segment's transcript that lands after the turn ended must not
     # open a new turn and interrupt the answer (stock pipecat also starts turns on transcripts).
     return UserTurnStrategies(start=[VADUserTurnStartStrategy()], stop=stop)

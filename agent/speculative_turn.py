@@ -43,6 +43,8 @@ from pipecat.turns.user_stop import (
 )
 from pipecat.utils.string import TextPartForConcatenation, concatenate_aggregated_text
 
+from agent.finished_text_stop import FinishedTextStopMixin
+
 TRIGGERS = ("pause", "stable", "final")
 
 
@@ -206,8 +208,8 @@ class SpeculativeStopMixin:
         await super().handle_user_turn_stopped()
 
 
-class SpeculativeTurnAnalyzerStopStrategy(SpeculativeStopMixin, TurnAnalyzerUserTurnStopStrategy):
-    """Smart-turn end of turn with speculative replies."""
+class SpeculativeTurnAnalyzerStopStrategy(FinishedTextStopMixin, SpeculativeStopMixin, TurnAnalyzerUserTurnStopStrategy):
+    """Smart-turn end of turn with speculative replies (and ``finished_text_secs``: agent.finished_text_stop)."""
 
 
 class SpeculativeSpeechTimeoutStopStrategy(SpeculativeStopMixin, SpeechTimeoutUserTurnStopStrategy):

@@ -1,0 +1,88 @@
+"""End a turn the turn analyzer called unfinished when its transcript reads as a finished sentence.
+
+Smart-turn v3 calls some short complete answers unfinished ("Hello.", "Goodbye."; on the 191 recorded
+phone prompts of the GPU capacity runs, 6 finished sentences such as "Hello world." and "The conference
+is now locked."), and those turns then wait for its whole silence fallback (``vad.turn_fallback_secs``: 0.8 s of quiet
+counted from the VAD stop). With ``finished_text_secs`` set, a turn whose newest final transcript reads as a finished sentence
+(``agent.sentence_end``) ends once the caller has been quiet that long past the VAD stop instead.
+
+Mixed into a ``TurnAnalyzerUserTurnStopStrategy`` (before it in the bases): the segmented engines' stop
+strategy (Whisper, Moonshine) and the streaming one (Parakeet, whose finals carry punctuation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from pipecat.frames.frames import Frame, TranscriptionFrame, VADUserStoppedSpeakingFrame
+from pipecat.turns.types import ProcessFrameResult
+from pipecat.turns.user_stop import TurnAnalyzerUserTurnStopStrategy
+
+from agent.sentence_end import reads_finished
+
+
+class FinishedTextStopMixin:
+    """The finished-sentence end of turn for a ``TurnAnalyzerUserTurnStopStrategy``."""
+
+    def __init__(self, *, finished_text_secs: float | None = None, **kwargs):
+        """``finished_text_secs``: silence past the VAD stop after which a turn whose transcript reads as a
+        finished sentence ends although the analyzer judged it unfinished; None: never (stock behaviour)."""
+        super().__init__(**kwargs)
+        if finished_text_secs is not None and finished_text_secs < 0:
+            raise ValueError(f"finished_text_secs must be >= 0 or None, got {finished_text_secs}")
+        self._finished_text_secs = finished_text_secs
+        self._vad_stop_at: float | None = None  # time.time() of this turn's last VAD stop
+        self._finished_task: asyncio.Task | None = None
+        self.ended_on_finished_text = 0  # turns this rule ended (tests, diagnosis)
+
+    def _text_end_blocked(self) -> bool:
+        """True while the turn must not end on its text yet (the segmented strategy: a transcript is due)."""
+        return False
+
+    async def _cancel_finished_task(self) -> None:
+        if self._finished_task:
+            await self.task_manager.cancel_task(self._finished_task)
+            self._finished_task = None
+
+    async def _discard_pending_end_of_turn(self):
+        await self._cancel_finished_task()
+        await super()._discard_pending_end_of_turn()
+
+    async def cleanup(self):
+        await self._cancel_finished_task()
+        await super().cleanup()
+
+    async def process_frame(self, frame: Frame) -> ProcessFrameResult:
+        if isinstance(frame, VADUserStoppedSpeakingFrame):
+            self._vad_stop_at = frame.timestamp
+        result = await super().process_frame(frame)
+        if isinstance(frame, TranscriptionFrame) and frame.text.strip():
+            await self._maybe_end_on_finished_text(frame.text)
+        return result
+
+    async def _maybe_end_on_finished_text(self, text: str) -> None:
+        """Arm the finished-sentence end when the analyzer is undecided and the caller is quiet."""
+        if (self._finished_text_secs is None or self._turn_complete or self._vad_user_speaking
+                or self._vad_stop_at is None or self._text_end_blocked() or not reads_finished(text)):
+            return
+        await self._cancel_finished_task()
+        wait = max(0.0, self._vad_stop_at + self._finished_text_secs - time.time())
+        self._finished_task = self.task_manager.create_task(self._end_after(wait), f"{self}::finished_text")
+
+    async def _end_after(self, wait: float) -> None:
+        try:
+            await asyncio.sleep(wait)
+        except asyncio.CancelledError:
+            return
+        finally:
+            self._finished_task = None
+        if self._turn_complete or self._vad_user_speaking or self._text_end_blocked():
+            return
+        self.ended_on_finished_text += 1
+        self._turn_complete = True
+        await self._maybe_trigger_user_turn_stopped()
+
+
+class FinishedTextTurnAnalyzerStopStrategy(FinishedTextStopMixin, TurnAnalyzerUserTurnStopStrategy):
+    """Smart-turn end of turn with the finished-sentence rule (a streaming ASR, no speculation)."""

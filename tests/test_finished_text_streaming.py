@@ -1,0 +1,120 @@
+"""The finished-sentence end of turn on the streaming path (Parakeet: one punctuated final at the VAD stop).
+
+Smart-turn v3 (the real bundled model) calls Asterisk's recorded "Hello world." unfinished, so without the
+rule the turn ends only when its silence fallback has counted ``vad.turn_fallback_secs`` of quiet audio;
+with ``vad.turn_finished_text_secs`` the final "Hello world." ends it 0.3 s past the VAD stop instead of 0.8 s. The turn
+strategies are the agent's own (``make_turn_strategies`` for ``asr.engine = "parakeet"``, with and without
+speculation), inside pipecat's user aggregator; audio after the VAD stop is fed in real time, as a
+transport does, because the fallback counts audio, not wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+from pipecat.frames.frames import (
+    Frame,
+    InputAudioRawFrame,
+    TranscriptionFrame,
+    UserStoppedSpeakingFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import (
+    LLMContextAggregatorPair,
+    LLMUserAggregatorParams,
+)
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.utils.time import time_now_iso8601
+
+from agent.capacity.corpus import ASTERISK_DIR
+from agent.config import Config
+from agent.finished_text_stop import FinishedTextStopMixin
+from agent.pipeline import make_turn_strategies
+from transports.audio_io import load_audio
+
+CLIP = ASTERISK_DIR / "hello-world.wav"
+FRAME = 320  # 20 ms at 16 kHz
+STOP_SECS = 0.2
+
+
+class Stamped(FrameProcessor):
+    """Notes when the user aggregator ends the turn (a speculative reply's context frame comes earlier)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.turn_end_at: list[float] = []
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, UserStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
+            self.turn_end_at.append(time.time())
+        await self.push_frame(frame, direction)
+
+
+class StopAt(FrameProcessor):
+    """Stamps the VAD stop with the wall time it passes (the strategy times its rule from it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.vad_stop_at: float | None = None
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, VADUserStoppedSpeakingFrame):
+            frame.timestamp = self.vad_stop_at = time.time()
+        await self.push_frame(frame, direction)
+
+
+def _audio(samples: np.ndarray, pace_s: float) -> list[Frame]:
+    pcm = (np.clip(samples, -1, 1) * 32767).astype(np.int16)
+    out: list[Frame] = []
+    for lo in range(0, len(pcm), FRAME):
+        out.append(InputAudioRawFrame(audio=pcm[lo : lo + FRAME].tobytes(), sample_rate=16000, num_channels=1))
+        if pace_s:
+            out.append(SleepFrame(sleep=pace_s))
+    return out
+
+
+async def _turn_end_after_vad_stop(finished_secs: float, speculate: str) -> tuple[float, int]:
+    config = Config()
+    config.asr.engine = "parakeet"
+    config.llm.speculate = speculate
+    config.vad.turn_finished_text_secs = finished_secs
+    strategies = make_turn_strategies(config)
+    stop = strategies.stop[0]
+    assert isinstance(stop, FinishedTextStopMixin)
+    speech = load_audio(CLIP, 16000)
+    quiet = np.zeros(int(16000 * STOP_SECS), np.float32)
+    final = TranscriptionFrame("Hello world.", "caller", time_now_iso8601())
+    final.finalized = True
+    frames = [VADUserStartedSpeakingFrame(start_secs=0.1), *_audio(speech, 0.0), *_audio(quiet, 0.0),
+              VADUserStoppedSpeakingFrame(stop_secs=STOP_SECS), final,
+              *_audio(np.zeros(16000 * 2, np.float32), 0.02)]  # 2 s of quiet, in real time
+    pair = LLMContextAggregatorPair(LLMContext(), user_params=LLMUserAggregatorParams(user_turn_strategies=strategies))
+    vad, out = StopAt(), Stamped()
+    await run_test(Pipeline([vad, pair.user(), out]), frames_to_send=frames,
+                   pipeline_params=PipelineParams(audio_in_sample_rate=16000))
+    assert vad.vad_stop_at is not None and out.turn_end_at, "the turn never ended"
+    return out.turn_end_at[0] - vad.vad_stop_at, stop.ended_on_finished_text
+
+
+@pytest.mark.skipif(not CLIP.is_file(), reason="needs asterisk-core-sounds-en-wav (installed by scripts/install.sh)")
+@pytest.mark.parametrize("speculate", ["final", ""])
+def test_a_finished_final_ends_the_turn_before_smart_turns_fallback(speculate):
+    without, by_rule_off = asyncio.run(_turn_end_after_vad_stop(-1.0, speculate))
+    with_rule, by_rule = asyncio.run(_turn_end_after_vad_stop(0.3, speculate))
+    print(f"speculate={speculate!r}: turn end {with_rule * 1000:.0f} ms after the VAD stop with the rule, "
+          f"{without * 1000:.0f} ms without")
+    # The precondition: smart-turn called it unfinished, so only the fallback (0.8 s of quiet audio counted
+    # from the VAD stop: 814-816 ms here) ended the turn without the rule.
+    assert by_rule_off == 0 and without >= 0.5, f"smart-turn ended the turn at once ({without:.2f} s)"
+    assert by_rule == 1
+    assert 0.25 <= with_rule <= 0.45, f"the finished final ended the turn {with_rule:.2f} s after the VAD stop"
