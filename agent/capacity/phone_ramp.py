@@ -244,7 +244,8 @@ def describe_phone(level: LevelResult) -> str:
 
     verdict = "PASS" if level.passed else "FAIL: " + "; ".join(level.reasons)
     tails = level.stage_tails
-    stages = ", ".join(f"{k} {f(tails.get(k), ' ms')}" for k in ("asr_final", "llm_first_token", "tts_first_audio"))
+    stages = ", ".join(f"{k} {f(tails.get(k), ' ms')}" for k in ("asr_final", "turn_end", "llm_first_token",
+                                                                       "tts_first_audio"))
     mem = ", ".join(f"{k} {v:.1f}" for k, v in level.gpu_memory_gib.items() if not k.endswith("_share"))
     return (f"{level.concurrency:3d} phone callers: first audio p50 {f(level.first_audio_p50_ms, ' ms')} "
             f"p95 {f(level.first_audio_p95_ms, ' ms')} p99 {f(level.first_audio_p99_ms, ' ms')}; "

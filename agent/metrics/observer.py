@@ -5,7 +5,10 @@ at ``UserStartedSpeakingFrame``; within it each stage is taken once and only aft
 before it, so stragglers of an earlier reply can never be read as this turn's answer:
 
 - ``asr_final``: last VAD stop (minus the VAD's stop window) -> first transcript after it;
-- ``llm_first_token``: the transcript the LLM answers -> its first text token;
+- ``turn_end``: end of speech -> ``UserStoppedSpeakingFrame`` (the turn detector's decision; a turn it
+  judged unfinished waits here for its silence fallback);
+- ``llm_first_token``: the transcript the LLM answers -> its first text token (a speculative reply's
+  first token is held until the turn ends, so this includes the turn detector's wait);
 - ``tts_first_audio``: first clause handed to TTS (``TTSStartedFrame``) -> first TTS audio;
 - ``first_audio``: end of speech -> ``BotStartedSpeakingFrame``.
 
@@ -26,6 +29,7 @@ from pipecat.frames.frames import (
     TTSAudioRawFrame,
     TTSStartedFrame,
     UserStartedSpeakingFrame,
+    UserStoppedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
 )
 from pipecat.observers.base_observer import BaseObserver, FramePushed
@@ -55,6 +59,7 @@ class MetricsObserver(BaseObserver):
     def _new_turn(self) -> None:
         self._eos: float | None = None
         self._transcript: float | None = None
+        self._turn_end: float | None = None
         self._llm_token: float | None = None
         self._tts_start: float | None = None
         self._tts_audio: float | None = None
@@ -104,10 +109,15 @@ class MetricsObserver(BaseObserver):
         elif isinstance(frame, VADUserStoppedSpeakingFrame):
             self._eos = self._abs(data) - float(getattr(frame, "stop_secs", 0.0) or 0.0)
             self._transcript = None
+            self._turn_end = None
         elif isinstance(frame, TranscriptionFrame):
             if self._eos is not None and self._transcript is None and self._llm_token is None:
                 self._transcript = self._abs(data)
                 self._stage("asr_final", self._eos, self._transcript)
+        elif isinstance(frame, UserStoppedSpeakingFrame):
+            if self._eos is not None and self._turn_end is None and self._llm_token is None:
+                self._turn_end = self._abs(data)
+                self._stage("turn_end", self._eos, self._turn_end)
         elif isinstance(frame, LLMTextFrame):
             if self._llm_token is None and self._transcript is not None:
                 self._llm_token = self._abs(data)

@@ -1,6 +1,7 @@
 """The stages Cadence times, and one sliding histogram per stage shared by every session.
 
-Per turn: end of speech -> final transcript (``asr_final``), transcript -> LLM first token
+Per turn: end of speech -> final transcript (``asr_final``), end of speech -> end of the user turn
+(``turn_end``: the VAD's stop window plus the turn detector's wait), transcript -> LLM first token
 (``llm_first_token``), first clause handed to TTS -> its first audio (``tts_first_audio``),
 end of speech -> first audio out (``first_audio``). Per chunk: TTS inter-arrival and output
 lateness against real-time playback. Per reply: the stream's delivery ratio (x real time).
@@ -29,6 +30,7 @@ class Stage:
 
 STAGES: tuple[Stage, ...] = (
     Stage("asr_final", "end of speech -> final transcript", budget_field="asr_final_p99_ms"),
+    Stage("turn_end", "end of speech -> end of the user turn (VAD stop window + turn detector)"),
     Stage("llm_first_token", "final transcript -> LLM first token", budget_field="llm_first_token_p99_ms"),
     Stage("tts_first_audio", "first clause to TTS -> TTS first audio", budget_field="tts_first_audio_p99_ms"),
     Stage("first_audio", "end of speech -> first audio out", budget_field="first_audio_p99_ms"),
