@@ -23,7 +23,10 @@
 # LLM_SERVER LLAMA_ARGS.
 # LLM_SERVER=llama-server serves the LLM with llama.cpp's native server built with CUDA on the device
 # (bench/llama_server_build.sh into /tmp/llama-build, ~270 s on 16 cores, alongside the checkpoints; carry
-# ".llamacpp" from bench/llama_server_src.sh) and a random f16 GGUF of the same shape
+# ".llamacpp" from bench/llama_server_src.sh; or, once a build call returned the binary
+# (`BUILD_DIR=/tmp/llama-build PACK_TO=$OUT bash bench/llama_server_build.sh`, parts copied into
+# .llamacpp/bin/), carry ".llamacpp/bin" and ".llamacpp/gguf-kit.tar.gz" and skip the build) and a random
+# f16 GGUF of the same shape
 # (bench/llm_gguf_checkpoint.py); LLAMA_ARGS go to its command line (e.g. "--backend-sampling").
 # LLM_REPLICAS=N sets llm.replicas: N transformers servers on 1/N of the LLM's share each, calls spread over
 # them (agent/llm_replicas.py); their logs are llm-server-<i>.log.
@@ -159,7 +162,7 @@ KOKORO_TEST_PID=$!
 LLM_SERVER=${LLM_SERVER:-transformers}
 if [ "$LLM_SERVER" = llama-server ]; then
   LSRC=${LLAMA_SRC:-/tmp/llama.cpp-src}
-  [ -d "$LSRC/llama.cpp" ] || { mkdir -p "$LSRC" && tar xzf .llamacpp/src.tar.gz -C "$LSRC"; }
+  [ -d "$LSRC/llama.cpp" ] || bench/llama_src_unpack.sh "$LSRC"
   BUILD_DIR=${LLAMA_BUILD:-/tmp/llama-build} SRC_DIR=$LSRC bash bench/llama_server_build.sh \
     > "$LOGS/llama_build.out" 2> "$LOGS/llama_build.log" &
   LLAMA_BUILD_PID=$!

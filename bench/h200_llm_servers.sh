@@ -23,7 +23,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   > "$LOGS/pip.log" 2>&1 || { say "pip install failed"; exit 1; }
 export PYTHONPATH="$PWD:/tmp/site"
 say "commit $(head -1 .cascade/COMMIT 2>/dev/null); $(nvcc --version 2>/dev/null | tail -1)"
-[ -d "$SRC_DIR/llama.cpp" ] || { mkdir -p "$SRC_DIR" && tar xzf .llamacpp/src.tar.gz -C "$SRC_DIR"; }
+[ -d "$SRC_DIR/llama.cpp" ] || bench/llama_src_unpack.sh "$SRC_DIR"
 SRC_DIR=$SRC_DIR bash bench/llama_server_build.sh > "$LOGS/build.out" 2> "$LOGS/build.log" &
 BUILD=$!
 timeout 200 python3 bench/llm_checkpoint.py /tmp/cadence/llm --shape llama-3.2-1b > "$LOGS/llm_checkpoint.log" 2>&1 &

@@ -3,7 +3,10 @@
 # (bench/llama_server_src.sh), on the device machine (its image has nvcc 13.0, CMake and ninja).
 #   BUILD_DIR (default .llamacpp-build, ignored by git and not carried, so a warm machine keeps it between
 #   calls) gets bin/llama-server; a build already there is reused. A prebuilt binary carried in
-#   .llamacpp/bin/llama-server.xz is used instead when it runs.
+#   .llamacpp/bin/llama-server.xz (or its parts llama-server.xz.00, .01, ...) is used instead when it runs.
+#   PACK_TO=DIR (e.g. $OUT) writes the binary there as llama-server.xz.00, .01, ... (15 MiB parts: the
+#   device returns files of up to 16 MiB); here, copy them into .llamacpp/bin/ and carry ".llamacpp/bin"
+#   instead of ".llamacpp" (the source is not needed then), which saves the ~270 s build on a fresh loan.
 # Static (no libllama/libggml .so beside it): one file, linked to the image's CUDA runtime and cuBLAS.
 # FlashAttention kernels for f16 only (GGML_CUDA_FA_ALL_QUANTS off); no NCCL, no web UI, no curl.
 # Prints the binary's path on its last line; exits non-zero when no binary could be had.
@@ -15,8 +18,10 @@ JOBS=${JOBS:-$(nproc)}
 BIN="$BUILD_DIR/bin/llama-server"
 runs() { "$1" --version > /dev/null 2>&1; }
 mkdir -p "$BUILD_DIR/bin"
-if [ ! -x "$BIN" ] && [ -f .llamacpp/bin/llama-server.xz ]; then
-  xz -dc .llamacpp/bin/llama-server.xz > "$BIN" && chmod +x "$BIN"
+PARTS=(.llamacpp/bin/llama-server.xz .llamacpp/bin/llama-server.xz.[0-9][0-9])
+PARTS=($(ls "${PARTS[@]}" 2>/dev/null))
+if [ ! -x "$BIN" ] && [ ${#PARTS[@]} -gt 0 ]; then
+  cat "${PARTS[@]}" | xz -dc > "$BIN" && chmod +x "$BIN"
   runs "$BIN" && echo "prebuilt llama-server from .llamacpp/bin" >&2 || rm -f "$BIN"
 fi
 if [ ! -x "$BIN" ]; then
@@ -32,4 +37,8 @@ if [ ! -x "$BIN" ]; then
 fi
 runs "$BIN" || { "$BIN" --version >&2; exit 5; }
 "$BIN" --version 2>&1 | head -2 >&2
+if [ -n "${PACK_TO:-}" ]; then
+  mkdir -p "$PACK_TO" && xz -T0 -6 -c "$BIN" | split -b 15M -d - "$PACK_TO/llama-server.xz."
+  echo "packed into $PACK_TO: $(ls "$PACK_TO" | grep -c '^llama-server.xz.') part(s)" >&2
+fi
 realpath "$BIN"  # BUILD_DIR may be relative (to the repo root) or absolute

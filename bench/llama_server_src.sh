@@ -4,7 +4,9 @@
 # for a GPU LLM where vLLM cannot be installed). Taken from the llama-cpp-python sdist on PyPI (the same
 # llama.cpp the embedded CPU server uses), trimmed to what the server build needs, into .llamacpp/src.tar.gz
 # (ignored by git; the device call carries ".llamacpp"). Also keeps models/ggml-vocab-llama-bpe.gguf (the
-# Llama 3 tokenizer, no weights) for bench/llm_gguf_checkpoint.py.
+# Llama 3 tokenizer, no weights) for bench/llm_gguf_checkpoint.py, also alone in .llamacpp/gguf-kit.tar.gz
+# with gguf-py: a call that carries a prebuilt binary (bench/llama_server_build.sh's PACK_TO) carries
+# [".llamacpp/bin", ".llamacpp/gguf-kit.tar.gz"] instead of the whole source.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
@@ -24,5 +26,7 @@ for b in cann et hexagon metal musa opencl openvino sycl virtgpu vulkan webgpu z
 done
 mkdir -p .llamacpp
 tar czf .llamacpp/src.tar.gz -C "$(dirname "$src")" llama.cpp
+# what the GGUF writer needs when a prebuilt binary travels instead of the source (.llamacpp/bin)
+tar czf .llamacpp/gguf-kit.tar.gz -C "$(dirname "$src")" llama.cpp/gguf-py llama.cpp/models/ggml-vocab-llama-bpe.gguf
 echo "$VERSION" > .llamacpp/VERSION
 du -h .llamacpp/src.tar.gz
