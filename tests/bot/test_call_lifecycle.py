@@ -1,9 +1,10 @@
 """A bot's call lifecycle on the phone line of a real ``cadence serve --bot`` process.
 
-Two calls on one server: a silent caller hears the greeting, one idle prompt, then the goodbye,
-and the bot closes the media stream (close code 1000, "call ended by the bot"); a caller who
-speaks gets the hang-up tool (forced: the 135M model cannot be trusted to choose it), hears the
-goodbye, and the stream is closed the same way. Both transcripts end with the bot's reason.
+Two calls at once on one server (nothing but the server is shared, so neither waits for the other):
+a silent caller hears the greeting, one idle prompt, then the goodbye, and the bot closes the media
+stream (close code 1000, "call ended by the bot"); a caller who speaks gets the hang-up tool (forced:
+the 135M model cannot be trusted to choose it), hears the goodbye, and the stream is closed the same way.
+Both transcripts end with the bot's reason.
 """
 
 from __future__ import annotations
@@ -61,12 +62,14 @@ def test_idle_prompt_hang_up_tool_and_the_closed_stream(tmp_path):
         assert await caller.wait_closed(120), "the hang-up tool did not end the call"
         return caller, spoken.last
 
+    async def both(ws: str) -> tuple[LoopbackCaller, tuple[LoopbackCaller, float]]:
+        return await asyncio.gather(silent(ws), talker(ws))
+
     with cadence_process(["serve", "--bot", str(bot_file), "--port", "0", "--log-level", "DEBUG"],
                          r"Cadence is ready: open (http://\S+?)/ ") as srv:
         ws = srv["url"].replace("http://", "ws://") + "/phone/ws"
         t0 = time.monotonic()
-        first = asyncio.run(silent(ws))
-        second, said_at = asyncio.run(talker(ws))
+        first, (second, said_at) = asyncio.run(both(ws))
     heard = stretches(first)
     assert len(heard) >= 3, heard  # greeting, idle prompt, goodbye
     assert heard[1][0] - heard[0][1] >= 1.4  # the prompt came after the idle wait, not at once

@@ -76,18 +76,20 @@ async def test_replicas_need_a_gpu_server_cadence_starts() -> None:
 async def test_two_calls_go_to_two_servers(embedded, corpus, tmp_path: Path) -> None:
     logs = [tmp_path / "llm-0.log", tmp_path / "llm-1.log"]
     group = LLMServerGroup([embedded_llama_server(1, 2048, "", 60.0, log) for log in logs])
-    for server in group.servers:
-        await server.astart()
+    await asyncio.gather(*(server.astart() for server in group.servers))
     try:
         assert group.up and len(group.pids) == 2
         engines = dataclasses.replace(embedded.engines, llm_base_url=group.base_url, _llm_picker=None,
                                       llm_model=group.model_id)
         server, _ = make_server(embedded, engines=engines)
-        for k in range(2):
+
+        async def one(k: int) -> None:
             record = await call(server.run_caller, params(server), k, [corpus[k]], stop_at=time.monotonic() + 1.0,
                                 max_wait_s=40.0, admit=gate_admit(server), leave=server.gate.release)
             turns = turn_deliveries(record)
             assert turns and turns[0].answered, record
+
+        await asyncio.gather(one(0), one(1))  # at once: each still sticks to the server it was given
         await asyncio.sleep(0.2)
         counts = [log.read_text(errors="replace").count(CHAT) for log in logs]
         assert all(c >= 1 for c in counts), counts  # each call asked its own server
