@@ -2,9 +2,10 @@
 
 Smart-turn v3 calls some short complete answers unfinished ("Hello.", "Goodbye."; on the 191 recorded
 phone prompts of the GPU capacity runs, 6 finished sentences such as "Hello world." and "The conference
-is now locked."), and those turns then wait for its whole silence fallback (``vad.turn_fallback_secs``: 0.8 s of quiet
-counted from the VAD stop). With ``finished_text_secs`` set, a turn whose newest final transcript reads as a finished sentence
-(``agent.sentence_end``) ends once the caller has been quiet that long past the VAD stop instead.
+is now locked."), and those turns then wait for its whole silence fallback (``vad.turn_fallback_secs``:
+0.8 s of quiet counted from the VAD stop). With ``finished_text_secs`` set, a turn whose newest final
+transcript reads as a finished sentence (``agent.sentence_end``) ends once the caller has been quiet that
+long past the VAD stop instead.
 
 Mixed into a ``TurnAnalyzerUserTurnStopStrategy`` (before it in the bases): the segmented engines' stop
 strategy (Whisper, Moonshine) and the streaming one (Parakeet, whose finals carry punctuation).

@@ -320,7 +320,8 @@ def managed_llm_server(plan: MemoryPlan | None, config: Config, device: DeviceMe
 
 LLAMA_SERVER_BASE_OVERHEAD = 1 << 30  # CUDA context, cuBLAS workspace, graph pools
 LLAMA_SERVER_UBATCH = 512  # llama.cpp's default micro-batch: its logits and activations are the compute buffer
-LLAMA_MAX_SEQ = 256  # llama.cpp's LLAMA_MAX_SEQ: a context with more sequences fails to load ("n_seq_max must be <= 256")
+# llama.cpp's LLAMA_MAX_SEQ: a context with more sequences fails to load ("n_seq_max must be <= 256")
+LLAMA_MAX_SEQ = 256
 
 
 def llama_server_overhead(n_vocab: int, n_embd: int) -> int:
@@ -331,8 +332,8 @@ def llama_server_overhead(n_vocab: int, n_embd: int) -> int:
 
 def llama_server_slots(model: str, share_bytes: int, config: Config, replicas: int = 1) -> int:
     """``llm.parallel``, or (0) as many slots of ``llm.context_size`` tokens as the share holds after the
-    weights and the compute buffer, at most one per admitted caller and llama.cpp's 256; a share too small for one slot, or
-    for the slots asked for, is refused naming the knobs."""
+    weights and the compute buffer, at most one per admitted caller and llama.cpp's 256; a share too small
+    for one slot, or for the slots asked for, is refused naming the knobs."""
     from agent.gguf_meta import GGUFError, read_model
 
     if not model.endswith(".gguf") or not Path(model).is_file():

@@ -208,7 +208,8 @@ class SpeculativeStopMixin:
         await super().handle_user_turn_stopped()
 
 
-class SpeculativeTurnAnalyzerStopStrategy(FinishedTextStopMixin, SpeculativeStopMixin, TurnAnalyzerUserTurnStopStrategy):
+class SpeculativeTurnAnalyzerStopStrategy(FinishedTextStopMixin, SpeculativeStopMixin,
+                                          TurnAnalyzerUserTurnStopStrategy):
     """Smart-turn end of turn with speculative replies (and ``finished_text_secs``: agent.finished_text_stop)."""
 
 

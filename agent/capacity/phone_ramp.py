@@ -238,14 +238,16 @@ async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions,
     return result, list(records)
 
 
+PRINTED_STAGES = ("asr_final", "turn_end", "llm_first_token", "tts_first_audio")  # the per-turn server tails
+
+
 def describe_phone(level: LevelResult) -> str:
     def f(v: float | None, unit: str = "") -> str:
         return "-" if v is None else (f"{v:.2f}{unit}" if unit == "x" else f"{v:.0f}{unit}")
 
     verdict = "PASS" if level.passed else "FAIL: " + "; ".join(level.reasons)
     tails = level.stage_tails
-    stages = ", ".join(f"{k} {f(tails.get(k), ' ms')}" for k in ("asr_final", "turn_end", "llm_first_token",
-                                                                       "tts_first_audio"))
+    stages = ", ".join(f"{k} {f(tails.get(k), ' ms')}" for k in PRINTED_STAGES)
     mem = ", ".join(f"{k} {v:.1f}" for k, v in level.gpu_memory_gib.items() if not k.endswith("_share"))
     return (f"{level.concurrency:3d} phone callers: first audio p50 {f(level.first_audio_p50_ms, ' ms')} "
             f"p95 {f(level.first_audio_p95_ms, ' ms')} p99 {f(level.first_audio_p99_ms, ' ms')}; "
