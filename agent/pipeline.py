@@ -140,11 +140,17 @@ class Engines:
         elif self.config.asr.engine == "moonshine":
             import numpy as np
 
-            from agent.models import resolve_moonshine_path
+            from agent.models import resolve_moonshine_path, whisper_model_dir
             from asr.moonshine.model import shared_moonshine_model
+            from asr.moonshine.stt import whisper_fallback
 
-            model = shared_moonshine_model(resolve_moonshine_path(self.config.asr), self.config.asr.cpu_threads)
-            model.transcribe(np.random.default_rng(0).normal(0, 0.01, 16000).astype(np.float32))
+            asr = self.config.asr
+            model = shared_moonshine_model(resolve_moonshine_path(asr), asr.cpu_threads)
+            noise = np.random.default_rng(0).normal(0, 0.01, 16000).astype(np.float32)
+            model.transcribe(noise)
+            fallback = whisper_fallback(asr, model, str(whisper_model_dir()) if asr.fallback == "whisper" else None)
+            if fallback is not None:  # a bad asr.fallback fails here, at start
+                fallback.whisper(noise)
         elif self.remote_asr:
             return  # loaded and warmed in the engine process
         elif self.config.asr.engine == "parakeet":
@@ -188,10 +194,11 @@ class Engines:
 
             return create_whisper_stt(asr, resolve_whisper_path(asr))
         if asr.engine == "moonshine":
-            from agent.models import resolve_moonshine_path
+            from agent.models import resolve_moonshine_path, whisper_model_dir
             from asr.moonshine.stt import create_moonshine_stt
 
-            return create_moonshine_stt(asr, resolve_moonshine_path(asr))
+            return create_moonshine_stt(asr, resolve_moonshine_path(asr),
+                                        str(whisper_model_dir()) if asr.fallback == "whisper" else None)
         if asr.engine == "parakeet" and self.remote_asr:
             from asr.parakeet.remote import RemoteStreamBatcher
             from asr.parakeet.stt_service import ParakeetSTTService

@@ -29,6 +29,11 @@ class ASRConfig:
     # Whisper and Moonshine: start transcribing after this much quiet, before the VAD confirms the stop;
     # the result is used only if nothing audible followed (asr/eager_segment.py). 0 disables.
     eager_quiet_ms: float = 120.0
+    # Moonshine only: "whisper" transcribes again with Whisper tiny.en (the embedded one) each segment whose
+    # Moonshine decode chose a token at a softmax probability under ``fallback_below`` or did not stop
+    # (asr/moonshine/whisper_fallback.py); "" keeps every Moonshine transcript.
+    fallback: str = ""
+    fallback_below: float = 0.5
     # Whisper / Moonshine on the CPU: CTranslate2's / ONNX Runtime's threads for one transcription.
     cpu_threads: int = 2
     # Parakeet engine options.

@@ -55,6 +55,7 @@ class CadenceCollector(Collector):
         yield GaugeMetricFamily("cadence_gc_frozen_objects", "objects moved out of GC by gc.freeze()",
                                 value=gc.get_freeze_count())
         yield from _vad_batches()
+        yield from _asr_fallback()
         info = GaugeMetricFamily("cadence_event_loop_info", "the running event loop", labels=["loop"])
         info.add_metric([_loop_name()], 1)
         yield info
@@ -136,6 +137,18 @@ def _vad_batches() -> Iterator[Metric]:
     windows, runs = module.totals()
     yield CounterMetricFamily("cadence_vad_windows", "Silero VAD windows scored", value=windows)
     yield CounterMetricFamily("cadence_vad_runs", "batched Silero ONNX runs", value=runs)
+
+
+def _asr_fallback() -> Iterator[Metric]:
+    """Moonshine's and Whisper's transcripts under ``asr.fallback`` (never imports the module)."""
+    module = sys.modules.get("asr.moonshine.whisper_fallback")
+    if module is None:
+        return
+    family = CounterMetricFamily("cadence_asr_transcripts", "transcripts by the engine that wrote them",
+                                 labels=["engine"])
+    for engine in ("moonshine", "whisper"):
+        family.add_metric([engine], getattr(module.TOTALS, engine))
+    yield family
 
 
 def _loop_name() -> str:

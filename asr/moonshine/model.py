@@ -71,6 +71,24 @@ def _session(ort: Any, path: Path, threads: int) -> Any:
 
 
 @dataclass(frozen=True)
+class Decoded:
+    """One window's greedy decode: the token ids (no start or end token) and how sure each step was."""
+
+    tokens: list[int]
+    min_prob: float = 1.0  # the lowest softmax probability of a chosen token, the end token included
+    stopped: bool = True  # the end token came before the length bound (a looping decode did not stop)
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """Text of a whole clip and the least sure step of any of its windows."""
+
+    text: str
+    min_prob: float
+    stopped: bool
+
+
+@dataclass(frozen=True)
 class _Cache:
     """The decoder's KV-cache inputs, and which of its outputs feeds each."""
 
@@ -123,21 +141,32 @@ class MoonshineModel:
 
     def transcribe(self, samples: np.ndarray, sample_rate: int = SAMPLE_RATE, max_window_s: float = MAX_WINDOW_S) -> str:
         """Mono float audio in [-1, 1] at 16 kHz to text; longer than ``max_window_s``: window by window."""
+        return self.transcribe_scored(samples, sample_rate, max_window_s).text
+
+    def transcribe_scored(self, samples: np.ndarray, sample_rate: int = SAMPLE_RATE,
+                          max_window_s: float = MAX_WINDOW_S) -> Transcript:
+        """``transcribe`` with the decode's confidence (``asr.fallback`` asks Whisper when it is low)."""
         if sample_rate != SAMPLE_RATE:
             raise ValueError(f"Moonshine takes {SAMPLE_RATE} Hz audio, got {sample_rate} Hz: resample it first")
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
-        texts = (self.transcribe_window(w) for w in split_windows(samples, int(max_window_s * SAMPLE_RATE)))
-        return " ".join(t for t in texts if t)
+        texts, min_prob, stopped = [], 1.0, True
+        for window in split_windows(samples, int(max_window_s * SAMPLE_RATE)):
+            decoded = self.generate(window, max_tokens(len(window) / SAMPLE_RATE))
+            text = self.tokenizer.decode(decoded.tokens).strip()
+            if text and text not in NO_SPEECH_TEXTS:
+                texts.append(text)
+                min_prob, stopped = min(min_prob, decoded.min_prob), stopped and decoded.stopped
+        return Transcript(" ".join(texts), min_prob, stopped)
 
     def transcribe_window(self, samples: np.ndarray) -> str:
         """One window (up to ~64 s, Moonshine's limit) to text; empty when it reads as no speech."""
-        text = self.tokenizer.decode(self.generate(samples, max_tokens(len(samples) / SAMPLE_RATE))).strip()
+        text = self.tokenizer.decode(self.generate(samples, max_tokens(len(samples) / SAMPLE_RATE)).tokens).strip()
         return "" if text in NO_SPEECH_TEXTS else text
 
-    def generate(self, samples: np.ndarray, limit: int) -> list[int]:
-        """Greedy decode of one window: the token ids after the start token, without the end token."""
+    def generate(self, samples: np.ndarray, limit: int) -> Decoded:
+        """Greedy decode of one window."""
         if len(samples) < MIN_SECONDS * SAMPLE_RATE:
-            return []
+            return Decoded([])
         audio = np.ascontiguousarray(samples, dtype=np.float32)[None, :]
         mask = np.ones_like(audio, dtype=np.int64)
         feeds = {"input_values": audio, **({"attention_mask": mask} if self._encoder_mask else {})}
@@ -147,19 +176,21 @@ class MoonshineModel:
         past = dict.fromkeys(c.inputs, empty)
         fixed = {"encoder_hidden_states": hidden, **({"encoder_attention_mask": mask} if self._decoder_mask else {})}
         tokens: list[int] = []
-        token = START_TOKEN
+        token, min_prob = START_TOKEN, 1.0
         for step in range(limit):
             out = self.decoder.run(["logits", *c.outputs], {
                 "input_ids": np.array([[token]], dtype=np.int64),
                 "use_cache_branch": np.array([step > 0]), **fixed, **past})
-            token = int(out[0][0, -1].argmax())
+            logits = out[0][0, -1].astype(np.float64)
+            token = int(logits.argmax())
+            min_prob = min(min_prob, 1.0 / float(np.exp(logits - logits[token]).sum()))  # softmax of the argmax
             if token == EOS_TOKEN:
-                break
+                return Decoded(tokens, min_prob, True)
             tokens.append(token)
             # The encoder's cross-attention cache is computed once (first step); the decoder's grows each step.
             past = {name: value if step == 0 or ".decoder." in name else past[name]
                     for name, value in zip(c.inputs, out[1:], strict=True)}
-        return tokens
+        return Decoded(tokens, min_prob, False)
 
 
 def split_windows(samples: np.ndarray, window: int, search: int | None = None) -> list[np.ndarray]:

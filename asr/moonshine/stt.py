@@ -18,6 +18,7 @@ from pipecat.utils.tracing.service_decorators import traced_stt
 
 from asr.eager_segment import EagerSegment
 from asr.moonshine.model import SAMPLE_RATE, MoonshineModel, shared_moonshine_model
+from asr.moonshine.whisper_fallback import WhisperFallback
 from asr.options import ASRConfig
 from asr.segmented_stt import EagerSegmentedSTT
 
@@ -36,10 +37,11 @@ class MoonshineSTTService(EagerSegmentedSTT, SegmentedSTTService):
     """Segmented transcription with a (shared) ``MoonshineModel``."""
 
     def __init__(self, model: MoonshineModel, *, model_name: str = "moonshine-tiny-en", language: str = "en",
-                 **kwargs):
+                 fallback: WhisperFallback | None = None, **kwargs):
         kwargs.setdefault("settings", STTSettings(model=model_name, language=language))
         super().__init__(**kwargs)
         self._model = model
+        self._fallback = fallback
 
     @property
     def wants_wav_segments(self) -> bool:
@@ -49,7 +51,9 @@ class MoonshineSTTService(EagerSegmentedSTT, SegmentedSTTService):
         return True
 
     async def _transcribe(self, pcm: bytes) -> str:
-        rate = self.sample_rate
+        rate, fallback = self.sample_rate, self._fallback
+        if fallback is not None:
+            return (await asyncio.to_thread(lambda: fallback.transcribe(pcm16_to_model_rate(pcm, rate))))[0]
         return await asyncio.to_thread(lambda: self._model.transcribe(pcm16_to_model_rate(pcm, rate)))
 
     @traced_stt
@@ -57,14 +61,33 @@ class MoonshineSTTService(EagerSegmentedSTT, SegmentedSTTService):
         """Traced by pipecat (the span closes on the transcript)."""
 
 
-def create_moonshine_stt(config: ASRConfig, model_dir: str, **kwargs) -> MoonshineSTTService:
-    """The service on the shared model in ``model_dir`` (the runtime resolves the embedded tiny-en)."""
+def whisper_fallback(config: ASRConfig, model: MoonshineModel, whisper_dir: str | None) -> WhisperFallback | None:
+    """``asr.fallback``'s second opinion on ``model`` (Whisper from ``whisper_dir``), or None when it is off."""
+    if config.fallback in ("", "off", "none"):
+        return None
+    if config.fallback != "whisper":
+        raise ValueError(f"asr.fallback: unknown engine {config.fallback!r} (known: 'whisper'; empty disables)")
+    if whisper_dir is None:
+        raise ValueError("asr.fallback = 'whisper' needs the Whisper model's folder")
+    from asr.whisper_model import shared_whisper_model, transcribe_greedy
+
+    whisper = shared_whisper_model(whisper_dir, "cpu", "int8", config.cpu_threads)
+    return WhisperFallback(model, lambda samples: transcribe_greedy(whisper, samples, "en", config.no_speech_prob),
+                           config.fallback_below)
+
+
+def create_moonshine_stt(config: ASRConfig, model_dir: str, whisper_dir: str | None = None,
+                         **kwargs) -> MoonshineSTTService:
+    """The service on the shared model in ``model_dir`` (the runtime resolves the embedded tiny-en and, for
+    ``asr.fallback``, the embedded Whisper tiny.en in ``whisper_dir``)."""
     if config.device != "cpu":
         raise ValueError(f"asr.engine = 'moonshine' runs on the CPU (ONNX Runtime); asr.device is {config.device!r}")
     if config.language.split("-")[0].lower() != "en":
         raise ValueError(f"Moonshine tiny-en transcribes English only; asr.language is {config.language!r}")
+    model = shared_moonshine_model(model_dir, config.cpu_threads)
     return MoonshineSTTService(
-        shared_moonshine_model(model_dir, config.cpu_threads),
+        model,
+        fallback=whisper_fallback(config, model, whisper_dir),
         model_name=f"moonshine-{Path(model_dir).name}",
         eager=EagerSegment(config.eager_quiet_ms) if config.eager_quiet_ms > 0 else None,
         language=config.language,

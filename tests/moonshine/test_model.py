@@ -43,9 +43,11 @@ def test_each_transcript_ends_on_the_end_token_within_the_bound(model, clips):
     bound cuts the decode there."""
     for clip in clips:
         limit = max_tokens(len(clip.audio) / 16000)
-        tokens = model.generate(clip.audio, limit)
-        assert 0 < len(tokens) < limit and EOS_TOKEN not in tokens, (clip.name, tokens)
-        assert model.generate(clip.audio, 2) == tokens[:2]
+        decoded = model.generate(clip.audio, limit)
+        tokens = decoded.tokens
+        assert 0 < len(tokens) < limit and EOS_TOKEN not in tokens and decoded.stopped, (clip.name, tokens)
+        cut = model.generate(clip.audio, 2)
+        assert cut.tokens == tokens[:2] and not cut.stopped and cut.min_prob >= decoded.min_prob
     assert max_tokens(10.0) == 71 and max_tokens(1.0) == 12
 
 
@@ -58,7 +60,7 @@ def test_silence_noise_and_a_tone_give_no_text(model):
     for audio in (np.zeros(16000), rng.normal(0, 0.01, 16000), rng.normal(0, 0.05, 16000),
                   0.1 * np.sin(2 * np.pi * 440 * t)):
         audio = np.concatenate([audio, pad]).astype(np.float32)
-        assert model.tokenizer.decode(model.generate(audio, 10)) == "You", "the model's no-speech output changed"
+        assert model.tokenizer.decode(model.generate(audio, 10).tokens) == "You", "the model's no-speech output changed"
         assert model.transcribe(audio) == ""
     assert model.transcribe(np.zeros(800, np.float32)) == ""  # 50 ms: below Moonshine's 0.1 s
     said = recorded_phrase(["vm-youhave"])
@@ -107,7 +109,7 @@ def test_a_tokenizer_json_reads_as_the_bin(model, model_dir, clips, tmp_path):
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps({"model": {"type": "BPE", "vocab": vocab}, "added_tokens": added}))
     from_json = MoonshineTokenizer.load(path)
-    tokens = model.generate(clips[-1].audio, 100)
+    tokens = model.generate(clips[-1].audio, 100).tokens
     assert from_json.decode(tokens) == model.tokenizer.decode(tokens) and "Press" in from_json.decode(tokens)
     assert from_json.decode([1, *tokens, 2, 32000]) == from_json.decode(tokens)  # specials left out
     folder = _copy(model_dir, tmp_path / "json", skip="tokenizer.bin")
