@@ -33,7 +33,7 @@ class ASRConfig:
     # Moonshine decode chose a token at a softmax probability under ``fallback_below`` or did not stop
     # (asr/moonshine/whisper_fallback.py); "" keeps every Moonshine transcript.
     fallback: str = ""
-    fallback_below: float = 0.5
+    fallback_below: float = 0.55
     # Whisper / Moonshine on the CPU: CTranslate2's / ONNX Runtime's threads for one transcription.
     cpu_threads: int = 2
     # Parakeet engine options.

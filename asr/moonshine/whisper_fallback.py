@@ -18,7 +18,7 @@ import numpy as np
 
 from asr.moonshine.model import MoonshineModel
 
-DEFAULT_BELOW = 0.5
+DEFAULT_BELOW = 0.55
 
 
 @dataclass

@@ -75,7 +75,7 @@ def test_the_runtime_builds_it_and_refuses_an_unknown_engine(model):
     engines = Engines(load_config(None, ["asr.engine=moonshine", "asr.fallback=whisper"]), "http://127.0.0.1:9", "m",
                       tts_engine=None)  # type: ignore[arg-type]
     stt = engines.make_stt()
-    assert isinstance(stt._fallback, WhisperFallback) and stt._fallback.below == 0.5
+    assert isinstance(stt._fallback, WhisperFallback) and stt._fallback.below == 0.55
     assert whisper_fallback(ASRConfig(engine="moonshine"), model, None) is None
     with pytest.raises(ValueError, match="asr.fallback: unknown engine 'parakeet'"):
         whisper_fallback(ASRConfig(engine="moonshine", fallback="parakeet"), model, str(whisper_model_dir()))
