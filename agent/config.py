@@ -138,7 +138,7 @@ class LLMConfig:
     apology: str = "Sorry, I can't reach my language model right now. Please try again in a moment."
     # Said when the model returns no text twice in a row (small models sometimes do).
     empty_reply: str = "Sorry, could you say that again?"
-    # Speculative reply (asr.engine = "parakeet"; agent/speculative_turn.py): start the request before the
+    # Speculative reply (agent/speculative_turn.py; Whisper and Moonshine: "final" only): start the request before the
     # turn ends on the caller's partial text, held until the final transcript confirms it, cancelled (HTTP
     # stream closed) if the caller goes on or the final differs. Comma-separated triggers: "pause" (VAD
     # stop, newest partial), "stable" (a partial stable for asr's 2 partials and >= speculate_stable_ms of

@@ -45,6 +45,7 @@ from agent.shared_models import SharedSileroVADAnalyzer, SharedSmartTurnAnalyzer
 from agent.speculative_turn import (
     SpeculationPolicy,
     SpeculationStats,
+    SpeculativeSegmentedTurnAnalyzerStopStrategy,
     SpeculativeSpeechTimeoutStopStrategy,
     SpeculativeTurnAnalyzerStopStrategy,
     parse_triggers,
@@ -57,6 +58,7 @@ from tts.service import CadenceTTSService
 
 # ASR engines that transcribe each VAD segment after its stop (one transcript per segment).
 SEGMENTED_ENGINES = frozenset({"whisper", "moonshine"})
+SEGMENTED_TRIGGERS = frozenset({"final"})
 
 
 @dataclass
@@ -235,10 +237,13 @@ def make_turn_strategies(config: Config, speculation_stats: SpeculationStats | N
 
     Stock smart-turn waits ~3 s of silence when it misjudges a finished sentence; the
     fallback here is ``vad.turn_fallback_secs`` (``vad.turn_finished_text_secs`` when the newest final
-    transcript reads as a finished sentence). With Parakeet and ``llm.speculate`` set, the
-    stop strategy also starts speculative replies on partials (``agent.speculative_turn``).
+    transcript reads as a finished sentence). With ``llm.speculate`` set, the stop strategy also starts
+    speculative replies (``agent.speculative_turn``): on Parakeet's partials and finals, and for the
+    segmented engines (Whisper, Moonshine) on a final that lands while the turn detector still waits.
     """
-    triggers = parse_triggers(config.llm.speculate) if config.asr.engine == "parakeet" else frozenset()
+    triggers = parse_triggers(config.llm.speculate)
+    if config.asr.engine in SEGMENTED_ENGINES:
+        triggers &= SEGMENTED_TRIGGERS  # no partials: only a final can be speculated on
     spec = {}
     if triggers:
         spec = {"policy": SpeculationPolicy(triggers, config.llm.speculate_stable_ms), "stats": speculation_stats}
@@ -251,7 +256,8 @@ def make_turn_strategies(config: Config, speculation_stats: SpeculationStats | N
         finished_secs = finished if finished >= 0 else None
         # Whisper and Moonshine transcribe per VAD segment: the turn must wait for its last segment's text.
         if config.asr.engine in SEGMENTED_ENGINES:
-            stop = [SegmentedTurnAnalyzerStopStrategy(turn_analyzer=analyzer, finished_text_secs=finished_secs)]
+            strategy = SpeculativeSegmentedTurnAnalyzerStopStrategy if triggers else SegmentedTurnAnalyzerStopStrategy
+            stop = [strategy(turn_analyzer=analyzer, finished_text_secs=finished_secs, **spec)]
         else:
             strategy = SpeculativeTurnAnalyzerStopStrategy if triggers else FinishedTextTurnAnalyzerStopStrategy
             stop = [strategy(turn_analyzer=analyzer, finished_text_secs=finished_secs, **spec)]

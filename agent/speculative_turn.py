@@ -44,6 +44,7 @@ from pipecat.turns.user_stop import (
 from pipecat.utils.string import TextPartForConcatenation, concatenate_aggregated_text
 
 from agent.finished_text_stop import FinishedTextStopMixin
+from agent.segment_turn_stop import SegmentedTurnAnalyzerStopStrategy
 
 TRIGGERS = ("pause", "stable", "final")
 
@@ -215,3 +216,7 @@ class SpeculativeTurnAnalyzerStopStrategy(FinishedTextStopMixin, SpeculativeStop
 
 class SpeculativeSpeechTimeoutStopStrategy(SpeculativeStopMixin, SpeechTimeoutUserTurnStopStrategy):
     """Silence end of turn with speculative replies."""
+
+
+class SpeculativeSegmentedTurnAnalyzerStopStrategy(SpeculativeStopMixin, SegmentedTurnAnalyzerStopStrategy):
+    """Smart-turn end of turn over a segmented ASR (one final per VAD segment), speculating on finals."""

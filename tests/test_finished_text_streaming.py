@@ -18,6 +18,7 @@ import pytest
 from pipecat.frames.frames import (
     Frame,
     InputAudioRawFrame,
+    LLMContextFrame,
     TranscriptionFrame,
     UserStoppedSpeakingFrame,
     VADUserStartedSpeakingFrame,
@@ -51,11 +52,14 @@ class Stamped(FrameProcessor):
     def __init__(self) -> None:
         super().__init__()
         self.turn_end_at: list[float] = []
+        self.speculation_at: list[float] = []
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         if isinstance(frame, UserStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
             self.turn_end_at.append(time.time())
+        if isinstance(frame, LLMContextFrame) and frame.speculation:
+            self.speculation_at.append(time.time())
         await self.push_frame(frame, direction)
 
 
@@ -83,9 +87,12 @@ def _audio(samples: np.ndarray, pace_s: float) -> list[Frame]:
     return out
 
 
-async def _turn_end_after_vad_stop(finished_secs: float, speculate: str) -> tuple[float, int]:
+async def _turn_end_after_vad_stop(finished_secs: float, speculate: str,
+                                   engine: str = "parakeet") -> tuple[float, int, float | None]:
+    """Turn end after the VAD stop (s), whether the rule ended it, and the speculative request's lead on the
+    turn end (s; None: no speculation). Whisper's one final per VAD segment comes as Parakeet's does here."""
     config = Config()
-    config.asr.engine = "parakeet"
+    config.asr.engine = engine
     config.llm.speculate = speculate
     config.vad.turn_finished_text_secs = finished_secs
     strategies = make_turn_strategies(config)
@@ -103,16 +110,23 @@ async def _turn_end_after_vad_stop(finished_secs: float, speculate: str) -> tupl
     await run_test(Pipeline([vad, pair.user(), out]), frames_to_send=frames,
                    pipeline_params=PipelineParams(audio_in_sample_rate=16000))
     assert vad.vad_stop_at is not None and out.turn_end_at, "the turn never ended"
-    return out.turn_end_at[0] - vad.vad_stop_at, stop.ended_on_finished_text
+    lead = out.turn_end_at[0] - out.speculation_at[0] if out.speculation_at else None
+    return out.turn_end_at[0] - vad.vad_stop_at, stop.ended_on_finished_text, lead
 
 
 @pytest.mark.skipif(not CLIP.is_file(), reason="needs asterisk-core-sounds-en-wav (installed by scripts/install.sh)")
-@pytest.mark.parametrize("speculate", ["final", ""])
-def test_a_finished_final_ends_the_turn_before_smart_turns_fallback(speculate):
-    without, by_rule_off = asyncio.run(_turn_end_after_vad_stop(-1.0, speculate))
-    with_rule, by_rule = asyncio.run(_turn_end_after_vad_stop(0.3, speculate))
-    print(f"speculate={speculate!r}: turn end {with_rule * 1000:.0f} ms after the VAD stop with the rule, "
-          f"{without * 1000:.0f} ms without")
+@pytest.mark.parametrize(("engine", "speculate"), [("parakeet", "final"), ("parakeet", ""), ("whisper", "final")])
+def test_a_finished_final_ends_the_turn_before_smart_turns_fallback(engine, speculate):
+    without, by_rule_off, lead_off = asyncio.run(_turn_end_after_vad_stop(-1.0, speculate, engine))
+    with_rule, by_rule, lead = asyncio.run(_turn_end_after_vad_stop(0.3, speculate, engine))
+    print(f"{engine} speculate={speculate!r}: turn end {with_rule * 1000:.0f} ms after the VAD stop with the rule, "
+          f"{without * 1000:.0f} ms without; speculative request {lead} s before it")
+    # With speculation the reply is requested on the final once smart-turn has called the turn unfinished
+    # (its inference takes ~0.1-0.2 s past the VAD stop), while the rule or the fallback still holds the turn.
+    if speculate:
+        assert lead is not None and lead >= 0.05 and lead_off is not None and lead_off >= 0.3, (lead, lead_off)
+    else:
+        assert lead is None and lead_off is None
     # The precondition: smart-turn called it unfinished, so only the fallback (0.8 s of quiet audio counted
     # from the VAD stop: 814-816 ms here) ended the turn without the rule.
     assert by_rule_off == 0 and without >= 0.5, f"smart-turn ended the turn at once ({without:.2f} s)"

@@ -6,7 +6,9 @@ import pytest
 
 from agent.config import Config
 from agent.speculative_turn import (
+    SpeculativeSegmentedTurnAnalyzerStopStrategy,
     SpeculativeSpeechTimeoutStopStrategy,
+    SpeculativeStopMixin,
     SpeculativeTurnAnalyzerStopStrategy,
     parse_triggers,
 )
@@ -19,14 +21,22 @@ def test_triggers_parse_and_bad_names_fail_clearly():
         parse_triggers("final,eager")
 
 
-def test_only_parakeet_turns_speculate():
+def test_which_turns_speculate():
+    """Parakeet on every trigger; Whisper and Moonshine (no partials) on finals only."""
     from agent.pipeline import make_turn_strategies
 
     config = Config()
-    config.llm.speculate = "final"
+    config.llm.speculate = "pause"
     config.vad.turn = "silence"
     assert not isinstance(make_turn_strategies(config).stop[0], SpeculativeSpeechTimeoutStopStrategy)  # whisper
+    config.vad.turn = "smart"
+    assert not isinstance(make_turn_strategies(config).stop[0], SpeculativeStopMixin)
+    config.llm.speculate = "final"
+    assert isinstance(make_turn_strategies(config).stop[0], SpeculativeSegmentedTurnAnalyzerStopStrategy)
+    config.asr.engine = "moonshine"
+    assert isinstance(make_turn_strategies(config).stop[0], SpeculativeSegmentedTurnAnalyzerStopStrategy)
     config.asr.engine = "parakeet"
+    config.vad.turn = "silence"
     assert isinstance(make_turn_strategies(config).stop[0], SpeculativeSpeechTimeoutStopStrategy)
     config.vad.turn = "smart"
     assert isinstance(make_turn_strategies(config).stop[0], SpeculativeTurnAnalyzerStopStrategy)
