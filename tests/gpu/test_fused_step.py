@@ -2,42 +2,22 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(600)
 def test_fused_steps_match_the_torch_bodies_under_the_triton_interpreter(tmp_path: Path) -> None:
     pytest.importorskip("triton")
     from tests.gpu.fused_parity import BIASES
+    from tests.gpu.interpreted import run_side_by_side
 
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    # The interpreter keeps one core busy: the two blank biases (each on its inputs of the full run) side by side.
-    runs = []
-    for bias in BIASES:
-        out, err = tmp_path / f"{bias}.out", tmp_path / f"{bias}.err"
-        with out.open("w") as o, err.open("w") as e:
-            runs.append((subprocess.Popen([sys.executable, "-m", "tests.gpu.fused_parity", "cpu", "eager",
-                                           f"bias={bias}"], cwd=ROOT, env=env, stdout=o, stderr=e), out, err))
-    try:
-        codes = [proc.wait(timeout=540) for proc, _, _ in runs]
-    finally:
-        for proc, _, _ in runs:
-            proc.kill()
-    problems, tokens = [], 0
-    for code, (_, out, err) in zip(codes, runs, strict=True):
-        assert code == 0, err.read_text()[-3000:]
-        result = json.loads(out.read_text().strip().splitlines()[-1])
-        problems += result["problems"]
-        tokens += result["tokens"]
+    # The two blank biases in two processes side by side, each on its inputs of the full run.
+    results = run_side_by_side([["tests.gpu.fused_parity", "cpu", "eager", f"bias={b}"] for b in BIASES], tmp_path)
+    problems = [p for r in results for p in r["problems"]]
+    tokens = sum(r["tokens"] for r in results)
     print("tokens compared:", tokens)  # ~300 with the CPU shapes of fused_parity
     assert problems == []
     assert tokens > 200  # the cases really decode something
