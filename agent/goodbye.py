@@ -40,10 +40,17 @@ class GoodbyeWatch(BaseObserver):
             self.said.set()
 
 
+async def _finished(worker: Any, poll_s: float = 0.05) -> None:
+    """Returns once ``worker``'s pipeline has ended (a caller gone meanwhile: nothing more is sent)."""
+    while not worker.has_finished():
+        await asyncio.sleep(poll_s)
+
+
 async def say_goodbye(worker: Any, text: str, timeout_s: float, label: str = "") -> bool:
     """Interrupt the bot, speak ``text`` and wait (at most ``timeout_s``) until its audio is sent.
 
-    ``worker`` is the caller's running ``PipelineWorker``. True when the goodbye went out in time.
+    ``worker`` is the caller's running ``PipelineWorker``. True when the goodbye went out in time; False
+    at once if the pipeline ends first (its caller was already gone).
     """
     if worker.has_finished():
         return False
@@ -51,18 +58,26 @@ async def say_goodbye(worker: Any, text: str, timeout_s: float, label: str = "")
     speak.interruptible = False  # the caller talking over it does not cut it short in the TTS
     watch = GoodbyeWatch(speak)
     worker.add_observer(watch)
+    said = ended = None
     try:
         await worker.queue_frames([InterruptionFrame(), speak])
-        await asyncio.wait_for(watch.said.wait(), max(0.0, timeout_s))
-        logger.info(f"{label}: goodbye said")
-        return True
-    except TimeoutError:
-        logger.warning(f"{label}: goodbye not finished within {timeout_s:.1f} s; closing anyway")
+        said, ended = asyncio.ensure_future(watch.said.wait()), asyncio.ensure_future(_finished(worker))
+        await asyncio.wait({said, ended}, timeout=max(0.0, timeout_s), return_when=asyncio.FIRST_COMPLETED)
+        if watch.said.is_set():
+            logger.info(f"{label}: goodbye said")
+            return True
+        if ended.done():
+            logger.info(f"{label}: no goodbye: the call ended first")
+        else:
+            logger.warning(f"{label}: goodbye not finished within {timeout_s:.1f} s; closing anyway")
         return False
     except Exception as exc:  # a worker already torn down: nothing to say goodbye on
         logger.debug(f"{label}: no goodbye: {exc!r}")
         return False
     finally:
+        for task in (said, ended):
+            if task is not None:
+                task.cancel()
         try:
             await worker.remove_observer(watch)
         except Exception as exc:

@@ -22,7 +22,6 @@ from aiohttp import web
 from agent.config import Config
 from agent.server_factory import make_server
 from testkit.corpus import pick, wer
-from tests.test_webrtc_e2e import server  # noqa: F401  (shared module fixture)
 from transports.audio_io import load_audio
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -72,12 +71,12 @@ def app_in_thread(app: web.Application) -> Iterator[str]:
         loop.close()
 
 
-def test_page_loads_without_console_errors_and_talk_connects(server):  # noqa: F811
+def test_page_loads_without_console_errors_and_talk_connects(webrtc_server):
     with browser_page(ARGS) as page:
         problems: list[str] = []
         page.on("console", lambda m: problems.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
         page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-        page.goto(server["url"] + "/")
+        page.goto(webrtc_server["url"] + "/")
         assert page.title() == "Cadence voice agent"
         assert page.text_content("#status") == "idle"
         page.click("#talk")  # fake microphone: Chromium's built-in test tone
@@ -107,11 +106,11 @@ REMOTE_ADDRESS_JS = """async () => {
 }"""
 
 
-def test_what_the_caller_said_appears_on_the_page(server, tmp_path):  # noqa: F811
+def test_what_the_caller_said_appears_on_the_page(webrtc_server, tmp_path):
     prompt = pick(["conf-onlyperson"])[0]
     wav = _caller_wav(tmp_path / "caller.wav", prompt.name)
     with browser_page([*ARGS, f"--use-file-for-fake-audio-capture={wav}"]) as page:
-        page.goto(server["url"] + "/")
+        page.goto(webrtc_server["url"] + "/")
         page.click("#talk")
         page.wait_for_function("document.querySelector('#log .heard span:last-child')?.textContent.length > 0",
                                timeout=60000)
@@ -147,9 +146,9 @@ def test_refused_calls_are_explained():
     assert shown.startswith("Not authorized") and "?token=" in shown, shown
 
 
-def test_denied_microphone_is_explained(server):  # noqa: F811
+def test_denied_microphone_is_explained(webrtc_server):
     with browser_page(BASE_ARGS) as page:  # no fake UI: headless Chromium denies the prompt
-        page.goto(server["url"] + "/")
+        page.goto(webrtc_server["url"] + "/")
         page.click("#talk")
         page.wait_for_function("document.getElementById('error').textContent.length > 0", timeout=20000)
         assert page.text_content("#error").startswith("Microphone access was denied")

@@ -3,7 +3,7 @@
 Smart-turn v3 calls the recorded "Hello." and "Goodbye." unfinished, so without the finished-sentence
 rule (``vad.turn_finished_text_secs``) their turns end only after the 0.8 s fallback; with it they end
 once the transcript is in, ~0.3 s past the VAD stop. Real Whisper tiny.en, smart-turn, Silero, the
-embedded llama.cpp server and Piper through ``cadence talk``'s pipeline; one engine load for both runs.
+embedded llama.cpp server and Piper through ``cadence talk``'s pipeline, on the session's loaded engines.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ import asyncio
 import dataclasses
 
 from agent.config import load_config
-from agent.llm_server import embedded_llama_server
-from agent.pipeline import Engines
 from agent.talk import talk
 from agent.turn_observer import TurnTiming
 from testkit.corpus import wer
@@ -23,19 +21,15 @@ CLIPS = ["hello", "vm-goodbye", "ss-noservice"]
 FINISHED_SECS = 0.3  # the default vad.turn_finished_text_secs
 
 
-async def _both_ways() -> tuple[list, list]:
+async def _both_ways(embedded) -> tuple[list, list]:
     config = load_config(None, ["llm.max_tokens=8"])
     assert config.vad.turn_finished_text_secs == FINISHED_SECS
     clips = talk_clips(config.audio.in_sample_rate, single=CLIPS, joined=[])
     off = dataclasses.replace(config, vad=dataclasses.replace(config.vad, turn_finished_text_secs=-1.0))
-    server = embedded_llama_server(config.llm.threads, config.llm.context_size)
-    await server.astart()
-    try:
-        engines = await asyncio.to_thread(Engines.load, config, server.base_url, server.model_id)
-        with_rule = await talk(engines, [c.audio for c in clips])
-        without = await talk(dataclasses.replace(engines, config=off), [c.audio for c in clips])
-    finally:
-        server.stop()
+    # The session's loaded engines (tests/conftest.py: the default config's models), with this config.
+    engines = dataclasses.replace(embedded.engines, config=config)
+    with_rule = await talk(engines, [c.audio for c in clips])
+    without = await talk(dataclasses.replace(engines, config=off), [c.audio for c in clips])
     return [(c, with_rule.turns[i], with_rule.timings) for i, c in enumerate(clips)], \
         [(c, without.turns[i], without.timings) for i, c in enumerate(clips)]
 
@@ -46,8 +40,8 @@ def _turn(timings: list, transcript: str) -> TurnTiming:
     return turn
 
 
-def test_short_finished_answers_end_the_turn_before_the_fallback():
-    with_rule, without = asyncio.run(_both_ways())
+def test_short_finished_answers_end_the_turn_before_the_fallback(embedded):
+    with_rule, without = asyncio.run(_both_ways(embedded))
     waited = []
     for (clip, turn, timings), (_, turn_off, timings_off) in zip(with_rule, without, strict=True):
         assert wer(clip.text, turn.transcript) == 0, (clip.name, turn.transcript)

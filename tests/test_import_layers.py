@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +31,13 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+@cache
+def parsed(path: Path) -> ast.Module:
+    """The module's syntax tree, parsed once for every test (the trees are only read)."""
+    return ast.parse(path.read_text(), str(path))
+
+
+@cache
 def all_modules() -> dict[str, Path]:
     found: dict[str, Path] = {}
     for top in SCANNED:
@@ -61,7 +69,7 @@ def _imports(tree: ast.AST, typing_only: bool = False) -> Iterator[tuple[ast.stm
 def imported(name: str, path: Path, modules: dict[str, Path]) -> Iterator[tuple[str, int, bool]]:
     """``(target module, line, typing only)`` for each import in ``path`` (targets as dotted names)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node, typing_only in _imports(ast.parse(path.read_text(), str(path))):
+    for node, typing_only in _imports(parsed(path)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno, typing_only
@@ -75,6 +83,7 @@ def imported(name: str, path: Path, modules: dict[str, Path]) -> Iterator[tuple[
             yield (sub if sub in modules else base), node.lineno, typing_only
 
 
+@cache
 def graph() -> tuple[dict[str, Path], list[tuple[str, str, int, bool]]]:
     modules = all_modules()
     edges = [(name, target, line, typing_only) for name, path in modules.items()
@@ -190,13 +199,14 @@ def test_offline_tools_and_model_loaders_never_reach_pipecat() -> None:
     assert not bad, "\n".join(bad)
 
 
+@cache
 def _top_level_names(path: Path) -> set[str] | None:
     """Names a module binds at its top level (None: it has a module ``__getattr__``, anything goes)."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = parsed(path)
+    for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__getattr__":
             return None
-    tree = ast.parse(path.read_text())
     blocks = list(tree.body)
     while blocks:
         node = blocks.pop()
@@ -220,7 +230,7 @@ def test_every_import_of_our_modules_names_something_that_exists() -> None:
     ours = SCANNED
     bad = []
     for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Import):
                 bad += [f"{name}:{node.lineno} import {a.name}" for a in node.names
                         if top(a.name) in ours and a.name not in modules]

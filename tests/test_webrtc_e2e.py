@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from testkit.corpus import pick, wer
-from testkit.servers import cadence_serve
 from transports.audio_io import load_audio
 from transports.webrtc_client import WebRTCCaller
 
@@ -23,11 +22,10 @@ TURN_WER_MAX = 0.35
 MEAN_WER_MAX = 0.20
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with cadence_serve("server.webrtc_ice_hosts=127.0.0.1",
-                       log_path=tmp_path_factory.mktemp("logs") / "serve.log") as srv:
-        yield srv
+@pytest.fixture
+def server(webrtc_server):
+    """The session's loopback-ICE ``cadence serve`` (tests/conftest.py), shared with the browser-page tests."""
+    return webrtc_server
 
 
 async def _turns(caller: WebRTCCaller, url: str, timeout_s: float = 30.0) -> list[dict]:

@@ -120,7 +120,8 @@ async def _take_turns(script: CallScript, ear: ListeningOutput, record: CallReco
         while len(script.speech_end_times) <= handled:
             if script.finished.is_set():
                 return
-            await asyncio.sleep(0.02)
+            with contextlib.suppress(TimeoutError):  # back at once when the script ends
+                await asyncio.wait_for(script.finished.wait(), 0.02)
         eos = script.speech_end_times[handled]
         record.speech_ends.append(eos)
         handled += 1

@@ -273,9 +273,10 @@ async def find_phone_capacity(corpus: list[Prompt], opts: PhoneRampOptions, budg
         print(describe_phone(level), flush=True)
         if on_level is not None:
             on_level(knee(levels), sorted(levels, key=lambda r: r.concurrency))
-        await asyncio.sleep(2.0)  # the last level's sessions end before the next one connects
         if pending is not None:
             n = pending.pop(0) if pending else None
         else:
             n = next_level(levels, ramp, opts.refine)
+        if n is not None:
+            await asyncio.sleep(2.0)  # the last level's sessions end before the next one connects
     return knee(levels), sorted(levels, key=lambda r: r.concurrency)

@@ -2,31 +2,25 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.mark.timeout(600)
-def test_fused_steps_match_the_torch_bodies_under_the_triton_interpreter() -> None:
+def test_fused_steps_match_the_torch_bodies_under_the_triton_interpreter(tmp_path: Path) -> None:
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.gpu.fused_parity", "cpu", "eager"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=540,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    print("tokens compared:", result["tokens"])  # ~300 with the CPU shapes of fused_parity
-    assert result["problems"] == []
-    assert result["tokens"] > 200  # the cases really decode something
+    from tests.gpu.fused_parity import BIASES
+    from tests.gpu.interpreted import run_side_by_side
+
+    # The two blank biases in two processes side by side, each on its inputs of the full run.
+    results = run_side_by_side([["tests.gpu.fused_parity", "cpu", "eager", f"bias={b}"] for b in BIASES], tmp_path)
+    problems = [p for r in results for p in r["problems"]]
+    tokens = sum(r["tokens"] for r in results)
+    print("tokens compared:", tokens)  # ~300 with the CPU shapes of fused_parity
+    assert problems == []
+    assert tokens > 200  # the cases really decode something
 
 
 @pytest.mark.gpu

@@ -12,21 +12,22 @@ from agent.capacity.corpus import phone_prompts, read_ulaw_pack, recorded_prompt
 from agent.capacity.phone_caller import FRAME_S, PhoneCallRecord, Prompt, audible
 from agent.capacity.phone_ramp import judge_phone_level, phone_turns
 from agent.config import BudgetsConfig
-from testkit.servers import ROOT, cadence_serve
+from testkit.servers import ROOT
 
 
-def test_two_phone_callers_against_a_real_server(tmp_path):
+def test_two_phone_callers_against_a_real_server(tmp_path, phone_server):
     pack = write_ulaw_pack(tmp_path / "prompts.npz", recorded_prompts()[:40])
-    with cadence_serve("admission.max_sessions=2", "admission.budget_gate=false",
-                       log_path=tmp_path / "serve.log") as srv:
-        t0 = time.monotonic()
-        out = subprocess.run(
-            [sys.executable, "-m", "agent.cli", "capacity", "--transport", "phone", "--url", srv["url"],
-             "--prompts", str(pack), "--levels", "2", "--warmup", "2", "--hold", "10", "--max-wait", "20",
-             "--all-levels", "--out-dir", str(tmp_path / "out"), "--write-config", str(tmp_path / "cap.toml")],
-            cwd=ROOT, capture_output=True, text=True, timeout=180)
-        took = time.monotonic() - t0
-        calls = __import__("httpx").get(f"{srv['url']}/phone/calls").json()
+    srv = phone_server  # two callers at most, no budget gate (tests/phone/conftest.py)
+    before = {c["stream_sid"] for c in __import__("httpx").get(f"{srv['url']}/phone/calls").json()["recent"]}
+    t0 = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "capacity", "--transport", "phone", "--url", srv["url"],
+         "--prompts", str(pack), "--levels", "2", "--warmup", "2", "--hold", "10", "--max-wait", "20",
+         "--all-levels", "--out-dir", str(tmp_path / "out"), "--write-config", str(tmp_path / "cap.toml")],
+        cwd=ROOT, capture_output=True, text=True, timeout=180)
+    took = time.monotonic() - t0
+    calls = __import__("httpx").get(f"{srv['url']}/phone/calls").json()
+    calls["recent"] = [c for c in calls["recent"] if c["stream_sid"] not in before]  # this run's calls only
     print(out.stdout[-2000:], f"\ncapacity run: {took:.0f} s")
     result = json.loads((tmp_path / "out" / "capacity.json").read_text())
     assert (tmp_path / "out" / "capacity.png").stat().st_size > 10_000

@@ -15,7 +15,6 @@ import pytest
 
 from testkit.corpus import normalize, wer
 from testkit.phone_prompts import pcm8k, prompt, speech_onset_s
-from testkit.servers import cadence_serve
 from transports.phone.loopback_caller import LoopbackCaller
 from transports.phone.options import PhoneOptions
 
@@ -31,11 +30,10 @@ MEAN_WER_MAX = 0.15
 LEAD_S = PhoneOptions().lead_ms / 1000.0
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with cadence_serve(log_path=tmp_path_factory.mktemp("logs") / "serve.log") as srv:
-        srv["ws"] = srv["url"].replace("http://", "ws://") + "/phone/ws"
-        yield srv
+@pytest.fixture
+def server(phone_server):
+    """The package's ``cadence serve`` (tests/phone/conftest.py), shared with the capacity run."""
+    return phone_server
 
 
 async def get_json(url: str) -> dict:

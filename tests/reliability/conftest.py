@@ -1,7 +1,7 @@
 """The reliability suite: hostile-but-fair clients on loopback, bounded in count and time.
 
-Shares the real engines of the ops suite (embedded llama.cpp server, Whisper, Piper, VAD) for
-the tests that run whole sessions; the rest need no models.
+The tests that run whole sessions share the real engines of ``tests/conftest.py`` (embedded llama.cpp
+server, Whisper, Piper, VAD) with the ops suite; the rest need no models.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import asyncio
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.ops.conftest import corpus, embedded  # noqa: F401  (shared session fixtures)
 from tests.reliability.helpers import real_offer
 
 # Property tests: few examples, no deadline (a loaded 2-core CI box), the suite stays < 3 min.

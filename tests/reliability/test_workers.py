@@ -11,9 +11,11 @@ import os
 import re
 import signal
 import time
+from collections.abc import Iterator
 
 import httpx
 import psutil
+import pytest
 
 from agent.llm_server import free_port
 from agent.metrics.scrape import parse_metrics
@@ -38,11 +40,55 @@ def _health(url: str) -> dict:
     return httpx.get(f"{url}/health", timeout=10).json()
 
 
-def test_two_workers_share_the_port_sum_metrics_restart_and_stop_cleanly():
+def _admitted(metrics: str) -> float:
+    """``cadence_admissions_total`` of a /metrics page (both workers summed by the parent)."""
+    lines = [line for line in metrics.splitlines() if line.startswith("cadence_admissions_total ")]
+    assert lines, metrics[-400:]
+    return float(lines[0].split()[1])
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory) -> Iterator[dict]:
+    """One ``cadence serve --workers 2`` for this module: the capacity run, then the restart-and-shutdown test,
+    which ends it with SIGTERM (so it comes last). Yields the server's ``url``, ``log``, ``proc`` and ``metrics``
+    (the parent's summing listener)."""
+    mport = free_port()
+    with cadence_serve("server.workers=2", f"server.metrics_listen=127.0.0.1:{mport}", "admission.max_sessions=16",
+                       "admission.budget_gate=false", log_path=tmp_path_factory.mktemp("logs") / "serve.log") as srv:
+        srv["metrics"] = f"http://127.0.0.1:{mport}"
+        yield srv
+
+
+def test_cadence_capacity_phone_reads_the_summed_metrics_of_two_workers(tmp_path, two_workers):
+    import json
+    import subprocess
+    import sys
+
+    from agent.capacity.corpus import recorded_prompts, write_ulaw_pack
+    from testkit.servers import ROOT
+
+    pack = write_ulaw_pack(tmp_path / "prompts.npz", recorded_prompts()[:20])
+    srv = two_workers
+    out = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "capacity", "--transport", "phone", "--url", srv["url"],
+         "--metrics-url", srv["metrics"], "--prompts", str(pack), "--levels", "2",
+         "--warmup", "2", "--hold", "8", "--max-wait", "20", "--all-levels", "--out-dir", str(tmp_path / "out"),
+         "--write-config", str(tmp_path / "cap.toml")],
+        cwd=ROOT, capture_output=True, text=True, timeout=180)
+    print(out.stdout[-1500:], out.stderr[-1500:])
+    result = json.loads((tmp_path / "out" / "capacity.json").read_text())
+    assert result["server"]["ready"]["capacity"] == 16 and len(result["server"]["health"]["workers"]) == 2  # 8 + 8
+    level = result["levels"][0]
+    assert level["turns"] >= 2 and level["unanswered"] == 0, level["reasons"]
+    # the windows were reset through the parent at the hold and its summed page read at the end
+    assert level["stage_tails"]["asr_final"] is not None and level["stage_tails"]["first_audio"] is not None
+
+
+def test_two_workers_share_the_port_sum_metrics_restart_and_stop_cleanly(two_workers):
+    """Ends the module's server (SIGTERM): the last test here."""
     from transports.phone.loopback_caller import LoopbackCaller
 
-    mport = free_port()
-    murl = f"http://127.0.0.1:{mport}"
+    murl = two_workers["metrics"]
 
     async def calls(url: str) -> tuple[int, list[dict]]:
         ws = url.replace("http://", "ws://") + "/phone/ws"
@@ -59,69 +105,45 @@ def test_two_workers_share_the_port_sum_metrics_restart_and_stop_cleanly():
             for c in callers:
                 await c.close()
 
-    with cadence_serve("vad.turn=silence", "server.workers=2", f"server.metrics_listen=127.0.0.1:{mport}",
-                       "admission.max_sessions=16") as srv:
-        parent = psutil.Process(srv["proc"].pid)
-        health = _health(murl)
-        pids = [w["pid"] for w in health["workers"]]
-        assert len(set(pids)) == 2 and all(w["alive"] for w in health["workers"]), health
-        children = parent.children(recursive=True)
-        assert any("agent.llama_serve" in " ".join(c.cmdline()) for c in children), children
-        assert {c.pid for c in children} >= set(pids)
-        ready = httpx.get(f"{murl}/ready", timeout=10).json()
-        assert ready["ready"] and ready["capacity"] == 16, ready  # 8 + 8
+    srv = two_workers
+    parent = psutil.Process(srv["proc"].pid)
+    deadline = time.monotonic() + 10  # the capacity run's calls have ended: only this test's calls count below
+    while any(w["sessions"] for w in _health(murl)["workers"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    health = _health(murl)
+    assert not any(w["sessions"] for w in health["workers"]), health
+    pids = [w["pid"] for w in health["workers"]]
+    assert len(set(pids)) == 2 and all(w["alive"] for w in health["workers"]), health
+    children = parent.children(recursive=True)
+    assert any("agent.llama_serve" in " ".join(c.cmdline()) for c in children), children
+    assert {c.pid for c in children} >= set(pids)
+    ready = httpx.get(f"{murl}/ready", timeout=10).json()
+    assert ready["ready"] and ready["capacity"] == 16, ready  # 8 + 8
 
-        assert httpx.post(f"{murl}/metrics/reset", timeout=10).status_code == 200
-        n, rows = asyncio.run(calls(srv["url"]))
-        assert all((r["sessions"] or 0) > 0 for r in rows), f"{n} callers all landed on one worker: {rows}"
-        text = httpx.get(f"{murl}/metrics", timeout=10).text
-        admitted = [line for line in text.splitlines() if line.startswith("cadence_admissions_total ")]
-        assert admitted and float(admitted[0].split()[1]) == n, (n, admitted)
-        assert re.search(r"^cadence_workers_scraped 2$", text, re.M), text[-400:]
-        assert parse_metrics(text).gauges.get("cadence_sessions_capacity", 16) == 16
+    assert httpx.post(f"{murl}/metrics/reset", timeout=10).status_code == 200
+    before = _admitted(httpx.get(f"{murl}/metrics", timeout=10).text)  # the capacity run's calls (a counter)
+    n, rows = asyncio.run(calls(srv["url"]))
+    assert all((r["sessions"] or 0) > 0 for r in rows), f"{n} callers all landed on one worker: {rows}"
+    text = httpx.get(f"{murl}/metrics", timeout=10).text
+    assert _admitted(text) - before == n, (n, before, _admitted(text))
+    assert re.search(r"^cadence_workers_scraped 2$", text, re.M), text[-400:]
+    assert parse_metrics(text).gauges.get("cadence_sessions_capacity", 16) == 16
 
-        os.kill(pids[0], signal.SIGKILL)  # a worker dies: the parent starts another in its place
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            w0 = _health(murl)["workers"][0]
-            if w0["pid"] != pids[0] and w0["sessions"] is not None:
-                break
-            time.sleep(0.5)
-        assert w0["pid"] != pids[0] and w0["restarts"] == 1 and w0["sessions"] is not None, w0
+    os.kill(pids[0], signal.SIGKILL)  # a worker dies: the parent starts another in its place
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        w0 = _health(murl)["workers"][0]
+        if w0["pid"] != pids[0] and w0["sessions"] is not None:
+            break
+        time.sleep(0.5)
+    assert w0["pid"] != pids[0] and w0["restarts"] == 1 and w0["sessions"] is not None, w0
 
-        children = parent.children(recursive=True)
-        t0 = time.monotonic()
-        srv["proc"].send_signal(signal.SIGTERM)
-        code = srv["proc"].wait(20)
-        took = time.monotonic() - t0
+    children = parent.children(recursive=True)
+    t0 = time.monotonic()
+    srv["proc"].send_signal(signal.SIGTERM)
+    code = srv["proc"].wait(20)
+    took = time.monotonic() - t0
     gone, alive = psutil.wait_procs(children, timeout=5)
     assert not alive, f"children outlived cadence serve --workers 2: {[c.pid for c in alive]}"
     assert code == 0, "".join(srv["log"][-30:])
     assert took < 8.0, f"shutdown took {took:.1f} s"
-
-
-def test_cadence_capacity_phone_reads_the_summed_metrics_of_two_workers(tmp_path):
-    import json
-    import subprocess
-    import sys
-
-    from agent.capacity.corpus import recorded_prompts, write_ulaw_pack
-    from testkit.servers import ROOT
-
-    pack = write_ulaw_pack(tmp_path / "prompts.npz", recorded_prompts()[:20])
-    mport = free_port()
-    with cadence_serve("server.workers=2", f"server.metrics_listen=127.0.0.1:{mport}", "admission.max_sessions=4",
-                       "admission.budget_gate=false", log_path=tmp_path / "serve.log") as srv:
-        out = subprocess.run(
-            [sys.executable, "-m", "agent.cli", "capacity", "--transport", "phone", "--url", srv["url"],
-             "--metrics-url", f"http://127.0.0.1:{mport}", "--prompts", str(pack), "--levels", "2",
-             "--warmup", "2", "--hold", "8", "--max-wait", "20", "--all-levels", "--out-dir", str(tmp_path / "out"),
-             "--write-config", str(tmp_path / "cap.toml")],
-            cwd=ROOT, capture_output=True, text=True, timeout=180)
-    print(out.stdout[-1500:], out.stderr[-1500:])
-    result = json.loads((tmp_path / "out" / "capacity.json").read_text())
-    assert result["server"]["ready"]["capacity"] == 4 and len(result["server"]["health"]["workers"]) == 2
-    level = result["levels"][0]
-    assert level["turns"] >= 2 and level["unanswered"] == 0, level["reasons"]
-    # the windows were reset through the parent at the hold and its summed page read at the end
-    assert level["stage_tails"]["asr_final"] is not None and level["stage_tails"]["first_audio"] is not None
