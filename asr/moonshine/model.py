@@ -158,11 +158,6 @@ class MoonshineModel:
                 min_prob, stopped = min(min_prob, decoded.min_prob), stopped and decoded.stopped
         return Transcript(" ".join(texts), min_prob, stopped)
 
-    def transcribe_window(self, samples: np.ndarray) -> str:
-        """One window (up to ~64 s, Moonshine's limit) to text; empty when it reads as no speech."""
-        text = self.tokenizer.decode(self.generate(samples, max_tokens(len(samples) / SAMPLE_RATE)).tokens).strip()
-        return "" if text in NO_SPEECH_TEXTS else text
-
     def generate(self, samples: np.ndarray, limit: int) -> Decoded:
         """Greedy decode of one window."""
         if len(samples) < MIN_SECONDS * SAMPLE_RATE:
@@ -181,7 +176,7 @@ class MoonshineModel:
             out = self.decoder.run(["logits", *c.outputs], {
                 "input_ids": np.array([[token]], dtype=np.int64),
                 "use_cache_branch": np.array([step > 0]), **fixed, **past})
-            logits = out[0][0, -1].astype(np.float64)
+            logits = out[0][0, -1]
             token = int(logits.argmax())
             min_prob = min(min_prob, 1.0 / float(np.exp(logits - logits[token]).sum()))  # softmax of the argmax
             if token == EOS_TOKEN:
