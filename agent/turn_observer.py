@@ -102,8 +102,11 @@ class TurnTiming:
             if a is not None and b is not None:
                 out[name] = (b - a) * 1000.0
 
-        put("eos_to_transcript", eos, self.transcript)
-        put("transcript_to_llm_first_token", self.transcript, self.llm_first_token)
+        # a transcript pushed before the end of speech (a later segment of the turn was silence to the
+        # ASR: its final was empty, so the earlier transcript is the newest) was ready at the end of speech
+        heard = self.transcript if eos is None or self.transcript is None else max(self.transcript, eos)
+        put("eos_to_transcript", eos, heard)
+        put("transcript_to_llm_first_token", heard, self.llm_first_token)
         put("llm_first_token_to_tts_first_audio", self.llm_first_token, self.tts_first_audio)
         put("eos_to_llm_first_token", eos, self.llm_first_token)
         put("eos_to_first_audio", eos, self.first_audio_out)

@@ -42,3 +42,18 @@ def test_speech_after_the_request_started_does_not_move_the_end_of_speech():
     early.add_vad_stop(5.0, 0.2)
     early.add_vad_stop(6.0, 0.2)  # a pause inside the turn, before any request: the later stop counts
     assert early.end_of_speech == 5.8
+
+
+def test_a_later_segment_the_asr_heard_as_silence_counts_from_the_end_of_speech():
+    # run 40 (phone callers on the H200): eos_to_transcript -465 ms. The first segment's final came,
+    # the caller spoke on, and that segment's final was empty, so no newer transcript moved the time;
+    # the turn's words were ready when the caller's speech ended.
+    turn = TurnTiming(index=0)
+    turn.add_vad_stop(10.2, 0.2)
+    turn.add_transcript("t3904 t3904", 10.4)
+    turn.add_vad_stop(11.065, 0.2)  # end of speech 10.865, after the transcript (no request yet)
+    turn.llm_start, turn.llm_first_token = 11.5, 11.9
+    stages = turn.stages_ms()
+    assert round(stages["eos_to_transcript"]) == 0
+    assert round(stages["transcript_to_llm_first_token"]) == round(stages["eos_to_llm_first_token"]) == 1035
+    assert all(v >= 0 for v in stages.values()), stages
