@@ -2,7 +2,7 @@
 
 A fast segmented ASR (Moonshine: ~0.1 s a segment) has the VAD segment's final transcript in hand ~0.3 s
 after the caller's last voiced sample, and smart-turn calls a finished sentence complete, so the turn used
-to end inside the short pause (0.26-0.32 s on the recorded ``ss-noservice`` and ``pbx-invalid``) between two
+to end inside the short pause (0.30-0.32 s on the recorded ``ss-noservice`` and ``pbx-invalid``) between two
 sentences of one utterance: the caller got two replies. Whisper's slow pass (~0.5 s) had covered the pause.
 
 Mixed in first (before the speculation mixin), this intercepts every way the wrapped strategy ends a turn

@@ -196,9 +196,10 @@ async def test_two_sentences_a_short_pause_apart_get_one_reply_to_both(server, n
     _no_negative_stage(run)
 
 
-async def test_without_the_minimum_quiet_the_pause_ends_the_turn(server):
-    """The precondition of the test above: the same 0.3 s pause ends the turn when nothing holds it."""
-    audio, _ = _clip(["vm-nomore", "queue-thankyou"], 0.3)
+@pytest.mark.parametrize(("names", "pause_s"), [(["ss-noservice"], None), (["vm-nomore", "queue-thankyou"], 0.3)])
+async def test_without_the_minimum_quiet_the_pause_ends_the_turn(server, names, pause_s):
+    """The precondition of the test above: the same pause ends the turn when nothing holds it."""
+    audio, _ = _clip(names, pause_s)
     run = await _run(server, audio, min_quiet=0.0)
     assert len(run.out.of(LLMFullResponseStartFrame)) == 2 and run.held_ends == 0
 
@@ -214,8 +215,9 @@ async def test_a_single_sentence_is_requested_before_its_turn_ends(server):
     assert run.stats.snapshot() == {"started": {"final": 1}, "confirmed": 1, "withdrawn": {}, "wasted": 0}
     assert len(run.sent) == 1 and speculative and speculative[0] < end_at and run.sent[0] < end_at
     assert run.held_ends == 1 and len(run.out.of(LLMFullResponseStartFrame)) == 1
-    # quiet counted from the last voiced 20 ms frame: released on the frame that completes it
-    assert MIN_QUIET - 0.03 <= end_audio - last_voiced <= MIN_QUIET + 0.1, end_audio - last_voiced
+    # quiet counted from the last voiced 20 ms frame: released on the frame that completes it (the margin above:
+    # smart-turn's verdict on shared cores may come later than that)
+    assert MIN_QUIET - 0.03 <= end_audio - last_voiced <= MIN_QUIET + 0.15, end_audio - last_voiced
     assert first_token >= end_at  # nothing of the reply before the turn end
     _no_negative_stage(run)
 
