@@ -88,7 +88,7 @@ class VADConfig:
     turn_finished_text_secs: float = 0.3
     # Whisper and Moonshine (smart turn): a turn ends only once the caller has been quiet this long after their
     # last voiced audio (agent/quiet_turn_stop.py), so a short pause between two sentences of one utterance
-    # (0.26-0.32 s on the recorded prompts) does not end it. The reply is requested on the final transcript
+    # (0.30-0.32 s on the recorded prompts) does not end it. The reply is requested on the final transcript
     # meanwhile (llm.speculate = "final") and released at once when the quiet is confirmed; if the caller goes
     # on, it is withdrawn and the next segment joins the turn. 0 or negative: off (ends as soon as decided).
     turn_min_quiet_secs: float = 0.45
