@@ -86,6 +86,12 @@ class VADConfig:
     # (agent/sentence_end.py: "Hello.", not "I want to.") ends after this much silence past the VAD stop
     # (0.2 s + this of quiet in all) instead of the fallback. Negative: off.
     turn_finished_text_secs: float = 0.3
+    # Whisper and Moonshine (smart turn): a turn ends only once the caller has been quiet this long after their
+    # last voiced audio (agent/quiet_turn_stop.py), so a short pause between two sentences of one utterance
+    # (0.30-0.32 s on the recorded prompts) does not end it. The reply is requested on the final transcript
+    # meanwhile (llm.speculate = "final") and released at once when the quiet is confirmed; if the caller goes
+    # on, it is withdrawn and the next segment joins the turn. 0 or negative: off (ends as soon as decided).
+    turn_min_quiet_secs: float = 0.45
     # Interrupt the bot on the caller's raw voice onset (60 ms over the noise floor) instead of
     # waiting for the turn VAD: ~100 ms barge-in instead of ~300 ms.
     fast_barge_in: bool = True

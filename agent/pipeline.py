@@ -40,7 +40,7 @@ from agent.finished_text_stop import FinishedTextTurnAnalyzerStopStrategy
 from agent.llm_replicas import ReplicaPicker, replica_urls
 from agent.llm_stage import CadenceLLMService
 from agent.models import piper_voice
-from agent.segment_turn_stop import SegmentedTurnAnalyzerStopStrategy
+from agent.segment_turn_stop import QuietSegmentedTurnAnalyzerStopStrategy
 from agent.shared_models import SharedSileroVADAnalyzer, SharedSmartTurnAnalyzerV3
 from agent.speculative_turn import (
     SpeculationPolicy,
@@ -239,7 +239,8 @@ def make_turn_strategies(config: Config, speculation_stats: SpeculationStats | N
     fallback here is ``vad.turn_fallback_secs`` (``vad.turn_finished_text_secs`` when the newest final
     transcript reads as a finished sentence). With ``llm.speculate`` set, the stop strategy also starts
     speculative replies (``agent.speculative_turn``): on Parakeet's partials and finals, and for the
-    segmented engines (Whisper, Moonshine) on a final that lands while the turn detector still waits.
+    segmented engines (Whisper, Moonshine) on a final that lands while the turn detector still waits or the
+    turn end waits for ``vad.turn_min_quiet_secs`` of quiet (``agent.quiet_turn_stop``).
     """
     triggers = parse_triggers(config.llm.speculate)
     if config.asr.engine in SEGMENTED_ENGINES:
@@ -255,9 +256,12 @@ def make_turn_strategies(config: Config, speculation_stats: SpeculationStats | N
         finished = config.vad.turn_finished_text_secs
         finished_secs = finished if finished >= 0 else None
         # Whisper and Moonshine transcribe per VAD segment: the turn must wait for its last segment's text.
+        # They also hold the turn end for vad.turn_min_quiet_secs of quiet (agent.quiet_turn_stop).
         if config.asr.engine in SEGMENTED_ENGINES:
-            strategy = SpeculativeSegmentedTurnAnalyzerStopStrategy if triggers else SegmentedTurnAnalyzerStopStrategy
-            stop = [strategy(turn_analyzer=analyzer, finished_text_secs=finished_secs, **spec)]
+            strategy = (SpeculativeSegmentedTurnAnalyzerStopStrategy if triggers
+                        else QuietSegmentedTurnAnalyzerStopStrategy)
+            stop = [strategy(turn_analyzer=analyzer, finished_text_secs=finished_secs,
+                             min_quiet_secs=config.vad.turn_min_quiet_secs, **spec)]
         else:
             strategy = SpeculativeTurnAnalyzerStopStrategy if triggers else FinishedTextTurnAnalyzerStopStrategy
             stop = [strategy(turn_analyzer=analyzer, finished_text_secs=finished_secs, **spec)]

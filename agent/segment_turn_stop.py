@@ -15,7 +15,7 @@ the one being spoken) has its transcript. It relies on the ASR pushing exactly o
 they cannot wipe the text already heard.
 
 Finished-sentence rule (``finished_text_secs``): ``agent.finished_text_stop``; here it also waits for
-every segment's transcript.
+every segment's transcript. Minimum quiet before the turn ends (``min_quiet_secs``): ``agent.quiet_turn_stop``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pipecat.turns.types import ProcessFrameResult
 from pipecat.turns.user_stop import TurnAnalyzerUserTurnStopStrategy
 
 from agent.finished_text_stop import FinishedTextStopMixin
+from agent.quiet_turn_stop import QuietTurnEndMixin
 
 
 class SegmentedTurnAnalyzerStopStrategy(FinishedTextStopMixin, TurnAnalyzerUserTurnStopStrategy):
@@ -63,3 +64,7 @@ class SegmentedTurnAnalyzerStopStrategy(FinishedTextStopMixin, TurnAnalyzerUserT
         if self.pending_segments:
             return  # a segment's words are on their way; its transcript re-checks
         await super()._maybe_trigger_user_turn_stopped()
+
+
+class QuietSegmentedTurnAnalyzerStopStrategy(QuietTurnEndMixin, SegmentedTurnAnalyzerStopStrategy):
+    """The segmented end of turn with the minimum quiet (``min_quiet_secs``) and no speculation."""

@@ -44,6 +44,7 @@ from pipecat.turns.user_stop import (
 from pipecat.utils.string import TextPartForConcatenation, concatenate_aggregated_text
 
 from agent.finished_text_stop import FinishedTextStopMixin
+from agent.quiet_turn_stop import QuietTurnEndMixin
 from agent.segment_turn_stop import SegmentedTurnAnalyzerStopStrategy
 
 TRIGGERS = ("pause", "stable", "final")
@@ -218,5 +219,9 @@ class SpeculativeSpeechTimeoutStopStrategy(SpeculativeStopMixin, SpeechTimeoutUs
     """Silence end of turn with speculative replies."""
 
 
-class SpeculativeSegmentedTurnAnalyzerStopStrategy(SpeculativeStopMixin, SegmentedTurnAnalyzerStopStrategy):
-    """Smart-turn end of turn over a segmented ASR (one final per VAD segment), speculating on finals."""
+class SpeculativeSegmentedTurnAnalyzerStopStrategy(QuietTurnEndMixin, SpeculativeStopMixin,
+                                                   SegmentedTurnAnalyzerStopStrategy):
+    """Smart-turn end of turn over a segmented ASR (one final per VAD segment), speculating on finals.
+
+    With ``min_quiet_secs`` (agent.quiet_turn_stop; before the speculation mixin, so a held turn end neither
+    confirms nor withdraws) the reply requested on the final is generated while the quiet is confirmed."""

@@ -65,11 +65,16 @@ class TurnTiming:
         i.e. pushed before the LLM's response started; one pushed after it did not contribute
         (its words missed the request), so it is counted in ``late_transcripts`` and timed by
         nothing. Every stage time is then a difference of ordered events: never negative.
+
+        An empty ``text`` is a segmented ASR's transcript of a segment with no words (a noise the VAD took
+        for speech): it carries no words, but it ends that segment's transcription, which the turn end waited
+        for, so it times the turn as well (else a later VAD stop would put the end of speech after it).
         """
-        self.transcript_text = (self.transcript_text + " " + text).strip()
+        if text:
+            self.transcript_text = (self.transcript_text + " " + text).strip()
         if self.llm_start is None or at <= self.llm_start:
             self.transcript = at
-        else:
+        elif text:
             self.late_transcripts += 1
 
     def add_vad_stop(self, at: float, stop_secs: float) -> None:
@@ -165,10 +170,12 @@ class TurnObserver(BaseObserver):
         elif isinstance(frame, UserStoppedSpeakingFrame):
             self._turn().turn_end = self._abs(data)
         elif isinstance(frame, TranscriptionFrame):
-            if frame.text.strip():  # a segment with no words carries no transcript
+            if frame.text.strip():
                 self._turn().add_transcript(frame.text, self._abs(data))
                 if self._on_text is not None:
                     self._on_text("heard", frame.text.strip())
+            elif self._current is not None:  # a segment with no words: no text, but it times the turn
+                self._current.add_transcript("", self._abs(data))
         else:
             if self._on_text is not None and isinstance(frame, LLMTextFrame) and frame.text:
                 self._on_text("bot-text", frame.text)

@@ -42,3 +42,20 @@ def test_which_turns_speculate():
     assert isinstance(make_turn_strategies(config).stop[0], SpeculativeTurnAnalyzerStopStrategy)
     config.llm.speculate = ""
     assert not isinstance(make_turn_strategies(config).stop[0], SpeculativeTurnAnalyzerStopStrategy)
+
+
+def test_the_minimum_quiet_holds_segmented_turns_only():
+    """``vad.turn_min_quiet_secs`` reaches Whisper's and Moonshine's stop strategies, speculating or not;
+    Parakeet's are unchanged. 0 turns it off."""
+    from agent.pipeline import make_turn_strategies
+    from agent.quiet_turn_stop import QuietTurnEndMixin
+
+    config = Config()
+    for engine, speculate in [("whisper", "final"), ("moonshine", "final"), ("moonshine", "")]:
+        config.asr.engine, config.llm.speculate = engine, speculate
+        stop = make_turn_strategies(config).stop[0]
+        assert isinstance(stop, QuietTurnEndMixin) and stop._min_quiet == config.vad.turn_min_quiet_secs == 0.45
+    config.vad.turn_min_quiet_secs = 0.0
+    assert make_turn_strategies(config).stop[0]._min_quiet is None
+    config.asr.engine, config.llm.speculate = "parakeet", "final"
+    assert not isinstance(make_turn_strategies(config).stop[0], QuietTurnEndMixin)

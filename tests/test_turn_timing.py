@@ -57,3 +57,20 @@ def test_a_later_segment_the_asr_heard_as_silence_counts_from_the_end_of_speech(
     assert round(stages["eos_to_transcript"]) == 0
     assert round(stages["transcript_to_llm_first_token"]) == round(stages["eos_to_llm_first_token"]) == 1035
     assert all(v >= 0 for v in stages.values()), stages
+
+
+def test_a_segment_with_no_words_times_the_transcript_of_its_turn():
+    """A held turn (vad.turn_min_quiet_secs) the caller's noise reopened: the VAD stops again, the segmented ASR
+    pushes an empty transcript for it, and the turn ends on the first segment's words. Timed by the first
+    transcript alone, the end of speech (the noise's VAD stop) would come after it: a negative stage."""
+    turn = TurnTiming(index=0)
+    turn.add_vad_stop(10.2, 0.2)
+    turn.add_transcript("You are the only person in this conference.", 10.3)
+    turn.add_vad_stop(10.9, 0.2)  # the noise
+    turn.add_transcript("", 11.0)
+    turn.llm_start, turn.llm_first_token = 11.4, 11.5
+    assert turn.transcript_text == "You are the only person in this conference." and turn.late_transcripts == 0
+    assert round(turn.stages_ms()["eos_to_transcript"]) == 300
+    assert all(v >= 0 for v in turn.stages_ms().values()), turn.stages_ms()
+    turn.add_transcript("", 12.0)  # after the request: times nothing, and no words were late
+    assert turn.transcript == 11.0 and turn.late_transcripts == 0
