@@ -72,16 +72,18 @@ class QuietTurnEndMixin:
 
     def _listen(self, frame: InputAudioRawFrame) -> None:
         seconds = len(frame.audio) / 2 / frame.num_channels / frame.sample_rate
+        level = level_dbfs(frame.audio)  # once per frame: the peak and the gate share it
         if self._since_vad is None:  # the VAD hears speech: the turn's level
-            self._peak_dbfs = max(self._peak_dbfs, level_dbfs(frame.audio))
+            self._peak_dbfs = max(self._peak_dbfs, level)
             self._level.min_level_dbfs = max(FLOOR_DBFS, self._peak_dbfs - VOICED_BELOW_PEAK_DB)
         else:
             self._since_vad += seconds
-        self._since_loud = 0.0 if self._level.loud(frame.audio, seconds) else self._since_loud + seconds
+        self._since_loud = 0.0 if self._level.loud_level(level, seconds) else self._since_loud + seconds
 
     async def process_frame(self, frame: Frame) -> ProcessFrameResult:
         if isinstance(frame, InputAudioRawFrame) and frame.audio:
-            self._listen(frame)
+            if self._min_quiet is not None:  # off: no per-frame work
+                self._listen(frame)
         elif isinstance(frame, VADUserStartedSpeakingFrame):
             self._since_vad = None
             if self._held is not None:

@@ -35,7 +35,10 @@ class LoudnessGate:
 
     def loud(self, pcm16: bytes, seconds: float) -> bool:
         """Whether this chunk (``seconds`` long) is over the threshold; then let the floor follow it."""
-        level = level_dbfs(pcm16)
+        return self.loud_level(level_dbfs(pcm16), seconds)
+
+    def loud_level(self, level: float, seconds: float) -> bool:
+        """``loud`` for a chunk whose level (dBFS) the caller already measured."""
         loud = level >= self.threshold()
         rise = self.floor_rise_db_per_s * seconds
         self.noise_floor = level if level < self.noise_floor else min(level, self.noise_floor + rise)
