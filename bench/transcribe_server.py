@@ -139,12 +139,12 @@ class NullEngine:
 
 class SleepEngine(NullEngine):
     """A GPU stand-in for CPU runs: the null engine's words after a sleep (the GIL released, no CPU) as
-    long as the fast Parakeet backend's profile replays take at ``rtfx``: each 10/20/30 s profile the
+    long as the fast Parakeet backend's profile replays take at ``rtfx``: each profile class (3.8/6.4/10/20/30 s) the
     batch touches replays at its whole batch of 64, a full batch of windows as long as the profile
     running ``rtfx`` times faster than real time. It names length classes as the fast backend does."""
 
     name = "sleep"
-    PROFILES = (1024, 2048, 3008)  # feature frames (hop 160): default_profiles'
+    PROFILES = (384, 640, 1024, 2048, 3008)  # feature frames (hop 160): default_profiles' classes
 
     def __init__(self, rtfx: float) -> None:
         super().__init__()
