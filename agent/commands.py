@@ -95,6 +95,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         config.server.workers = args.workers
     if config.server.workers < 1:
         raise UserError(f"server.workers must be >= 1, got {config.server.workers}")
+    if config.server.tts_engines < 1:
+        raise UserError(f"server.tts_engines must be >= 1, got {config.server.tts_engines}")
     from agent.runtime import apply_switch_interval, run
 
     if config.server.workers > 1 and args.worker_index is None:

@@ -59,7 +59,12 @@ class ServerConfig:
     # the workers), over a Unix socket (agent.engine_process); its GPU share is gpu.tts_fraction (+
     # gpu.asr_fraction), whole. false: each session process loads its own, as before.
     engine_process: bool = False
-    engine_socket: str = ""  # set by the parent: a session process connects here instead of loading the TTS
+    # Kokoro in this many engine processes (each its own batcher, interpreter and share gpu.tts_fraction / N);
+    # every session process sends each new clause stream to the one it has the fewest streams open on. One
+    # engine's batcher is a single thread launching kernels from Python: past ~64 callers its ticks queue.
+    tts_engines: int = 1
+    # set by the parent: a session process connects here (comma-separated: one per TTS engine process)
+    engine_socket: str = ""
     # With engine_process and asr.engine = "parakeet": streaming Parakeet in an engine process of its own
     # (its share gpu.asr_fraction), beside the TTS's, so the two batchers do not share one interpreter.
     asr_engine_process: bool = False

@@ -80,13 +80,16 @@ class ManagedEngineProcess(SupervisedChild):
 
     @classmethod
     def for_config(cls, config: Config, memory_fraction: float = 0.0,
-                   hosts: tuple[str, ...] = ("tts", "asr")) -> ManagedEngineProcess:
-        """The engine process for ``hosts`` of ``config``; an ASR-only one logs to ``engine_log`` + ``-asr``."""
+                   hosts: tuple[str, ...] = ("tts", "asr"), index: int = 0) -> ManagedEngineProcess:
+        """The engine process for ``hosts`` of ``config``; an ASR-only one logs to ``engine_log`` + ``-asr``, the
+        ``index``-th extra TTS engine (``server.tts_engines``) to ``engine_log`` + ``-tts{index + 1}``."""
         from agent.runtime import switch_interval_ms
 
         log = Path(config.server.engine_log) if config.server.engine_log else None
         if log is not None and "tts" not in hosts:
             log = log.with_name(f"{log.stem}-asr{log.suffix}")
+        elif log is not None and index:
+            log = log.with_name(f"{log.stem}-tts{index + 1}{log.suffix}")
         interval = switch_interval_ms(config.runtime.gil_switch_interval_ms, config.asr.engine, config.asr.device)
         kind = cls if "tts" in hosts else ManagedASREngineProcess
         return kind(engine_spec(config, hosts), log_path=log, memory_fraction=memory_fraction,

@@ -5,7 +5,9 @@ caller's wait), a bounded request timeout, and when the server cannot be reached
 hears a short spoken apology instead of silence, while the session stays up. The context is
 kept inside the model's window (``agent.context_window``) before every request; a turn that
 ends in a tool call is not an empty answer (no retry); a forced tool choice applies to the
-caller's turn, not to the answer after the tool's result (forcing it again would loop).
+caller's turn, not to the answer after the tool's result (forcing it again would loop). HTML character
+references some models write (``that&#39;s``) are decoded before the TTS and the context see them
+(``agent.text_unescape``).
 """
 
 from __future__ import annotations
@@ -17,13 +19,21 @@ import httpx
 from loguru import logger
 from openai import APIConnectionError, APIStatusError, APITimeoutError, AsyncOpenAI
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
-from pipecat.frames.frames import Frame, FunctionCallFromLLM, LLMTextFrame, TTSSpeakFrame
+from pipecat.frames.frames import (
+    Frame,
+    FunctionCallFromLLM,
+    InterruptionFrame,
+    LLMFullResponseEndFrame,
+    LLMTextFrame,
+    TTSSpeakFrame,
+)
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.openai.llm import OpenAILLMService
 
 from agent.config import LLMConfig
 from agent.context_window import ContextWindow
+from agent.text_unescape import StreamUnescaper
 
 UNREACHABLE = (APIConnectionError, APITimeoutError, httpx.TransportError, TimeoutError)
 
@@ -42,6 +52,7 @@ class CadenceLLMService(OpenAILLMService):
         self.window = ContextWindow(window_tokens=config.context_size, reply_tokens=config.max_tokens)
         self.unreachable_count = 0
         self.empty_count = 0
+        self._unescape = StreamUnescaper()
         super().__init__(
             api_key=config.api_key,
             base_url=base_url,
@@ -68,8 +79,19 @@ class CadenceLLMService(OpenAILLMService):
         )
 
     async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM):
-        if isinstance(frame, LLMTextFrame) and frame.text.strip():
-            self._produced_text = True
+        if isinstance(frame, LLMTextFrame) and direction == FrameDirection.DOWNSTREAM:
+            frame.text = self._unescape.feed(frame.text)
+            if not frame.text:
+                return  # the start of a possible character reference: it goes out with the next piece
+            if frame.text.strip():
+                self._produced_text = True
+        elif isinstance(frame, LLMFullResponseEndFrame):
+            held = self._unescape.flush()
+            if held:
+                self._produced_text = self._produced_text or bool(held.strip())
+                await super().push_frame(LLMTextFrame(held), FrameDirection.DOWNSTREAM)
+        elif isinstance(frame, InterruptionFrame):
+            self._unescape.flush()  # the reply was cut off: what it held is not said
         await super().push_frame(frame, direction)
 
     def build_chat_completion_params(self, params_from_context: Any) -> dict:

@@ -64,6 +64,7 @@ class CadenceServer:
     llm_server: Any = None  # ManagedLLMServer (embedded llama.cpp) or agent.llm_replicas.LLMServerGroup (GPU servers)
     engine_proc: Any = None  # agent.engine_process.ManagedEngineProcess with server.engine_process
     asr_engine_proc: Any = None  # its ASR-only sibling with server.asr_engine_process
+    extra_tts_procs: list[Any] = field(default_factory=list)  # TTS engine processes 2..N (server.tts_engines)
     gate: AdmissionGate | None = None
     signalling: Any = None  # transports.webrtc.WebRTCSignalling when aiortc is installed
     observer_factories: list[Callable[[str], Any]] = field(default_factory=list)
@@ -150,8 +151,12 @@ class CadenceServer:
         split = cfg.server.asr_engine_process and cfg.asr.engine == "parakeet"
         hosted = ["tts", *(["asr"] if cfg.asr.engine == "parakeet" and not split else [])]
         fraction = sum(plan.share(c).fraction for c in hosted) if plan is not None else 0.0
-        self.engine_proc = ManagedEngineProcess.for_config(cfg, fraction, tuple(hosted))
-        starts = [self.engine_proc.astart()]
+        n = max(1, cfg.server.tts_engines)
+        tts_fraction = plan.share("tts").fraction if plan is not None else 0.0
+        self.engine_proc = ManagedEngineProcess.for_config(cfg, fraction - tts_fraction * (n - 1) / n, tuple(hosted))
+        self.extra_tts_procs = [ManagedEngineProcess.for_config(cfg, tts_fraction / n, ("tts",), index=i)
+                                for i in range(1, n)]
+        starts = [p.astart() for p in (self.engine_proc, *self.extra_tts_procs)]
         if split:
             asr_fraction = plan.share("asr").fraction if plan is not None else 0.0
             self.asr_engine_proc = ManagedEngineProcess.for_config(cfg, asr_fraction, ("asr",))
@@ -161,14 +166,14 @@ class CadenceServer:
             if isinstance(result, BaseException):
                 self.stop_children()
                 raise result
-        cfg.server.engine_socket = self.engine_proc.socket_path
+        cfg.server.engine_socket = ",".join(p.socket_path for p in (self.engine_proc, *self.extra_tts_procs))
         if self.asr_engine_proc is not None:
             cfg.server.asr_engine_socket = self.asr_engine_proc.socket_path
 
     @property
     def engine_procs(self) -> list[Any]:
         """The engine processes this server started (TTS and ASR, or one hosting both)."""
-        return [p for p in (self.engine_proc, self.asr_engine_proc) if p is not None]
+        return [p for p in (self.engine_proc, *self.extra_tts_procs, self.asr_engine_proc) if p is not None]
 
     def stop_children(self) -> None:
         """The LLM server and the engine process, if Cadence started them."""
@@ -199,8 +204,9 @@ class CadenceServer:
                 peaks.peaks.pop("tts", None)
                 if self.engines.remote_asr:
                     peaks.peaks.pop("asr", None)
-                for proc in self.engine_procs:
-                    peaks.peaks.update(proc.peaks)
+                for proc in self.engine_procs:  # N TTS engine processes: their peaks add up
+                    for stage, peak in proc.peaks.items():
+                        peaks.peaks[stage] = peaks.peaks.get(stage, 0) + peak
             self.engines.bot = self.bot
             if self.bot is not None and self.bot.tools:  # the prompt with the tool list, cached too
                 await asyncio.to_thread(self.engines.warm_llm)

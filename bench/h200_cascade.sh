@@ -19,7 +19,7 @@
 # $OUT gets at most 7 files: capacity.json, capacity.png, cadence-capacity.toml, llm_alone.json,
 # summary.txt, logs.tar.gz (every log), and nvidia-smi.csv.
 # Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS
-# ENGINE_PROCESS ASR_ENGINE_PROCESS KOKORO_COMPILE KOKORO_DTYPE CALIBRATE MPS STT_TEST KOKORO_TEST LLM_REPLICAS
+# ENGINE_PROCESS ASR_ENGINE_PROCESS TTS_ENGINES KOKORO_COMPILE KOKORO_DTYPE CALIBRATE MPS STT_TEST KOKORO_TEST LLM_REPLICAS
 # LLM_SERVER LLAMA_ARGS.
 # LLM_SERVER=llama-server serves the LLM with llama.cpp's native server built with CUDA on the device
 # (bench/llama_server_build.sh into /tmp/llama-build, ~270 s on 16 cores, alongside the checkpoints; carry
@@ -30,6 +30,10 @@
 # (bench/llm_gguf_checkpoint.py); LLAMA_ARGS go to its command line (e.g. "--backend-sampling").
 # LLM_REPLICAS=N sets llm.replicas: N transformers servers on 1/N of the LLM's share each, calls spread over
 # them (agent/llm_replicas.py); their logs are llm-server-<i>.log.
+# TTS_ENGINES=N sets server.tts_engines: Kokoro in N engine processes (engine.log, engine-tts2.log, ...), each
+# clause stream sent to the one its session process has the fewest streams open on; with N > 1 gpu.tts_fraction
+# becomes TTS_FRACTION (default 0.20), split N ways.
+# REUSE_MODELS=1 keeps the LLM and Parakeet folders an earlier run of this call wrote in /tmp/cadence.
 # ASR_ENGINE_PROCESS=0 keeps streaming Parakeet in the TTS's engine process (runs 25-30; gpu.toml now gives it
 # one of its own, engine-asr.log).
 # KOKORO_COMPILE=1 sets tts.kokoro_compile = true (the decoder's fused AdaIN/Snake steps through torch.compile);
@@ -160,7 +164,14 @@ else
 fi
 KOKORO_TEST_PID=$!
 LLM_SERVER=${LLM_SERVER:-transformers}
-if [ "$LLM_SERVER" = llama-server ]; then
+if [ "${REUSE_MODELS:-0}" = 1 ] && [ "$LLM_SERVER" = transformers ] && [ -f /tmp/cadence/llm/config.json ] \
+   && [ -f /tmp/cadence/parakeet-v3/config.json ]; then
+  # an A/B in one call (bench/h200_cascade_ab.sh): the second arm runs the first arm's very models
+  echo "reused /tmp/cadence/llm" > "$LOGS/llm_checkpoint.log"
+  echo "reused /tmp/cadence/parakeet-v3" > "$LOGS/parakeet_checkpoint.log"
+  true & LLM_BUILD=$!
+  SKIP_PARAKEET=1
+elif [ "$LLM_SERVER" = llama-server ]; then
   LSRC=${LLAMA_SRC:-/tmp/llama.cpp-src}
   [ -d "$LSRC/llama.cpp" ] || bench/llama_src_unpack.sh "$LSRC"
   BUILD_DIR=${LLAMA_BUILD:-/tmp/llama-build} SRC_DIR=$LSRC bash bench/llama_server_build.sh \
@@ -177,8 +188,12 @@ fi
 # the random Parakeet's emission calibrated on the prompts the callers play (CALIBRATE=0: on random clips, as
 # runs 17-29; with it, many prompt segments decoded to nothing); a failed prompt calibration falls back
 CAL=(); [ "${CALIBRATE:-1}" = 1 ] && CAL=(--calibrate-on .cascade/prompts.npz)
-timeout 200 "$PY" bench/parakeet_checkpoint.py /tmp/cadence/parakeet-v3 "${TINY[@]}" "${CAL[@]}" > "$LOGS/parakeet_checkpoint.log" 2>&1
-PK_RC=$?
+if [ "${SKIP_PARAKEET:-0}" = 1 ]; then
+  PK_RC=0
+else
+  timeout 200 "$PY" bench/parakeet_checkpoint.py /tmp/cadence/parakeet-v3 "${TINY[@]}" "${CAL[@]}" > "$LOGS/parakeet_checkpoint.log" 2>&1
+  PK_RC=$?
+fi
 if [ $PK_RC -ne 0 ] && [ ${#CAL[@]} -gt 0 ]; then
   say "parakeet checkpoint calibrated on the prompts failed (rc=$PK_RC): calibrating on random clips"
   mv "$LOGS/parakeet_checkpoint.log" "$LOGS/parakeet_checkpoint_prompts_failed.log"
@@ -229,6 +244,11 @@ fi
 if [ "${ENGINE_PROCESS:-1}" = 1 ]; then
   SETS+=(--set server.engine_process=true --set "server.engine_log=$LOGS/engine.log" --set server.engine_report_s=5)
   [ "${ASR_ENGINE_PROCESS:-1}" = 0 ] && SETS+=(--set server.asr_engine_process=false)
+  if [ -n "${TTS_ENGINES:-}" ]; then
+    SETS+=(--set "server.tts_engines=$TTS_ENGINES")
+    # each Kokoro engine measured ~7.4 GB at its warm-up peak: 0.20 of the card is ~14 GiB each for two
+    [ "$TTS_ENGINES" -gt 1 ] && [ "${DRY_RUN:-0}" != 1 ] && SETS+=(--set "gpu.tts_fraction=${TTS_FRACTION:-0.20}")
+  fi
 else
   SETS+=(--set server.engine_process=false)
 fi

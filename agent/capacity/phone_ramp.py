@@ -238,7 +238,7 @@ async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions,
     return result, list(records)
 
 
-PRINTED_STAGES = ("asr_final", "turn_end", "llm_first_token", "tts_first_audio")  # the per-turn server tails
+PRINTED_STAGES = ("asr_final", "turn_end", "turn_model", "llm_first_token", "tts_first_audio")  # the per-turn server tails
 
 
 def describe_phone(level: LevelResult) -> str:

@@ -12,6 +12,9 @@ before it, so stragglers of an earlier reply can never be read as this turn's an
 - ``tts_first_audio``: first clause handed to TTS (``TTSStartedFrame``) -> first TTS audio;
 - ``first_audio``: end of speech -> ``BotStartedSpeakingFrame``.
 
+Besides, ``turn_model``: each smart-turn inference's own time (its ``TurnMetricsData``), which sits
+inside ``turn_end`` and grows when the session process's cores are busy.
+
 Per chunk, two streams of ``TTSAudioRawFrame`` are followed: pieces as the TTS service
 produces them (inter-arrival, and the reply's delivery ratio) and transport-sized chunks
 after the output transport wrote them (lateness against a real-time player). The output
@@ -25,6 +28,7 @@ from pipecat.frames.frames import (
     BotStartedSpeakingFrame,
     InterruptionFrame,
     LLMTextFrame,
+    MetricsFrame,
     TranscriptionFrame,
     TTSAudioRawFrame,
     TTSStartedFrame,
@@ -32,6 +36,7 @@ from pipecat.frames.frames import (
     UserStoppedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
 )
+from pipecat.metrics.metrics import TurnMetricsData
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.transports.base_output import BaseOutputTransport
 
@@ -131,6 +136,10 @@ class MetricsObserver(BaseObserver):
                 self._stage("first_audio", self._eos, self._audio_out)
         elif isinstance(frame, InterruptionFrame):
             self._close_reply()
+        elif isinstance(frame, MetricsFrame):
+            for data in frame.data:
+                if isinstance(data, TurnMetricsData):
+                    self._m.record("turn_model", float(data.e2e_processing_time_ms))
 
     async def cleanup(self):
         self._close_reply()

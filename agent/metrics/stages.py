@@ -31,6 +31,7 @@ class Stage:
 STAGES: tuple[Stage, ...] = (
     Stage("asr_final", "end of speech -> final transcript", budget_field="asr_final_p99_ms"),
     Stage("turn_end", "end of speech -> end of the user turn (VAD stop window + turn detector)"),
+    Stage("turn_model", "smart-turn: one end-of-turn inference (on the session process's CPU)"),
     Stage("llm_first_token", "final transcript -> LLM first token", budget_field="llm_first_token_p99_ms"),
     Stage("tts_first_audio", "first clause to TTS -> TTS first audio", budget_field="tts_first_audio_p99_ms"),
     Stage("first_audio", "end of speech -> first audio out", budget_field="first_audio_p99_ms"),

@@ -71,8 +71,9 @@ async def test_slowed_tts_breaches_its_budget_and_closes_the_gate(embedded, corp
     base_metrics.budgets.evaluate()
     assert base_metrics.budgets.states["tts_first_audio"].breach_samples == 0
     h = base_metrics.stages.histograms
-    for stage in ("asr_final", "turn_end", "llm_first_token", "tts_first_audio", "first_audio"):
+    for stage in ("asr_final", "turn_end", "turn_model", "llm_first_token", "tts_first_audio", "first_audio"):
         assert h[stage].count() >= 1 and h[stage].min() > 0.0, stage
+    assert h["turn_model"].max() < h["turn_end"].max()  # smart-turn's inference is a part of the turn end
     # The turn ends no sooner than the VAD's 0.2 s stop window, and before the bot speaks.
     assert h["turn_end"].min() >= 150.0 and h["turn_end"].max() <= h["first_audio"].max()
     # End of speech -> first audio covers ASR, the LLM's first token and TTS's first audio.

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Two arms of bench/h200_cascade.sh one after another in one device call, on the same loan and the same random
+# models (the second arm reuses the first's): an A/B of one knob with everything else equal.
+#
+#   ARMS="TTS_ENGINES=2|TTS_ENGINES=1" LEVELS=64,128 WORKERS=8 MPS=1 bash bench/h200_cascade_ab.sh
+#
+# ARMS: the arms' extra environment, "|"-separated (each "K=V K=V"); the common knobs come from the environment.
+# Each arm's seven files go into $OUT/armN.tar.gz; the arms' summaries into $OUT/summary.txt. ARM_BUDGET_S: each
+# arm's BUDGET_S (default 280).
+set -u -o pipefail
+OUT=${OUT:-/tmp/cascade-ab}
+mkdir -p "$OUT"
+IFS='|' read -r -a arms <<< "${ARMS:?ARMS, e.g. TTS_ENGINES=2|TTS_ENGINES=1}"
+for i in "${!arms[@]}"; do
+  rm -rf /tmp/cascade-logs "$OUT/arm$i"
+  echo "=== arm$i: ${arms[$i]}" | tee -a "$OUT/summary.txt"
+  reuse=0; [ "$i" -gt 0 ] && reuse=1
+  # shellcheck disable=SC2086  (the arm's K=V words become the environment of its run)
+  env ${arms[$i]} OUT="$OUT/arm$i" REUSE_MODELS=$reuse BUDGET_S="${ARM_BUDGET_S:-280}" bash bench/h200_cascade.sh \
+    > "$OUT/arm$i.log" 2>&1
+  grep -E "phone callers|GPU memory after|engine process ready|cadence serve|FAIL|error" "$OUT/arm$i/summary.txt" \
+    | cut -c1-600 | tee -a "$OUT/summary.txt"
+  mv "$OUT/arm$i.log" "$OUT/arm$i/run.log"
+  tar -czf "$OUT/arm$i.tar.gz" -C "$OUT" "arm$i" && rm -rf "$OUT/arm$i"
+done
