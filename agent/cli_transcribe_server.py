@@ -29,7 +29,9 @@ def _engine_spec(args: argparse.Namespace, config: Any) -> Any:
 
     asr = config.asr
     return resolve_engine_spec(EngineSpec(
-        engine=args.engine or asr.engine, model=args.model if args.model is not None else asr.model,
+        # the server runs Whisper or Parakeet: the live agent's Moonshine (asr.engine) maps to Whisper here
+        engine=args.engine or (asr.engine if asr.engine in ("whisper", "parakeet") else "whisper"),
+        model=args.model if args.model is not None else (asr.model if asr.engine in ("whisper", "parakeet") else ""),
         device=args.device or asr.device, compute_type=asr.compute_type, dtype=asr.dtype,
         encoder_backend=asr.encoder_backend, max_batch=args.max_batch,
         parakeet_backend=args.parakeet_backend, profiles=args.profiles,

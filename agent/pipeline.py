@@ -77,6 +77,11 @@ class Engines:
     _llm_http: tuple[Any, httpx.AsyncClient] | None = field(default=None, repr=False)
     _llm_picker: ReplicaPicker | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        from agent.models import resolve_asr_engine
+
+        resolve_asr_engine(self.config.asr)  # a Config built in code (not load_config) may still say "auto"
+
     def llm_url_for_call(self) -> str:
         """The LLM server a new call talks to for its whole life: one of ``llm_base_url``'s (comma-separated)
         servers in turn (agent/llm_replicas.py)."""
@@ -242,6 +247,9 @@ def make_turn_strategies(config: Config, speculation_stats: SpeculationStats | N
     segmented engines (Whisper, Moonshine) on a final that lands while the turn detector still waits or the
     turn end waits for ``vad.turn_min_quiet_secs`` of quiet (``agent.quiet_turn_stop``).
     """
+    from agent.models import resolve_asr_engine
+
+    resolve_asr_engine(config.asr)  # "auto" (a Config built in code) -> the engine it will be
     triggers = parse_triggers(config.llm.speculate)
     if config.asr.engine in SEGMENTED_ENGINES:
         triggers &= SEGMENTED_TRIGGERS  # no partials: only a final can be speculated on

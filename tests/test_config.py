@@ -12,7 +12,8 @@ from agent.config import ConfigError, load_config
 
 def test_defaults_are_the_embedded_cpu_stack():
     cfg = load_config(environ={})
-    assert cfg.asr.engine == "whisper"
+    # asr.engine = "auto": Moonshine + the Whisper fallback where moonshine-voice is installed (it is, here)
+    assert (cfg.asr.engine, cfg.asr.fallback) == ("moonshine", "whisper")
     assert cfg.llm.base_url == ""  # Cadence starts its own llama.cpp server
     assert cfg.tts.engine == "auto"
     assert cfg.audio.in_sample_rate == 16000
@@ -73,3 +74,17 @@ def test_cli_reports_config_errors_in_one_line():
     )
     assert proc.returncode == 2
     assert "cadence: error:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_auto_asr_falls_back_to_whisper_without_moonshine(monkeypatch):
+    import agent.models as models
+
+    def missing():
+        raise models.ModelNotFoundError("package 'moonshine_voice' is not installed")
+
+    monkeypatch.setattr(models, "moonshine_model_dir", missing)
+    cfg = load_config(environ={})
+    assert (cfg.asr.engine, cfg.asr.fallback) == ("whisper", "")
+    explicit = load_config(None, ["asr.engine=moonshine"], environ={})  # named engines are kept as given
+    assert (explicit.asr.engine, explicit.asr.fallback) == ("moonshine", "")
+    assert load_config(None, ["asr.fallback=whisper"], environ={}).asr.fallback == "whisper"
