@@ -72,6 +72,12 @@ class ServerConfig:
     engine_log: str = ""  # the engine process's output (empty: this process's stderr)
     engine_report_s: float = 0.0  # the engine logs its CPU share, loop lag and batcher load this often (0: never)
 
+    @property
+    def engine_sockets(self) -> list[str]:
+        """``engine_socket`` as a list: the TTS engine processes' sockets, the first also hosting Parakeet unless
+        it has an engine process of its own (empty: no engine process)."""
+        return [p for p in self.engine_socket.split(",") if p]
+
 
 @dataclass
 class VADConfig:

@@ -119,8 +119,8 @@ class Engines:
         if config.server.engine_socket:  # the engine process owns the TTS (agent.engine_process)
             from tts.remote.client import RemoteTTSEngine, hello
 
-            info = hello(config.server.engine_socket.split(",")[0])  # the first hosts Parakeet too, unless split
-            tts: TTSEngine = RemoteTTSEngine(config.server.engine_socket, name=info["name"],
+            info = hello(config.server.engine_sockets[0])  # the first hosts Parakeet too, unless split
+            tts: TTSEngine = RemoteTTSEngine(config.server.engine_sockets, name=info["name"],
                                              sample_rate=int(info["sample_rate"]))
         else:
             tts = create_engine(config.tts, piper_voice)
@@ -212,7 +212,7 @@ class Engines:
 
             assert self.engine_info is not None
             remote = self.engine_info["asr"]
-            socket = self.config.server.asr_engine_socket or self.config.server.engine_socket.split(",")[0]
+            socket = self.config.server.asr_engine_socket or self.config.server.engine_sockets[0]
             return ParakeetSTTService(RemoteStreamBatcher(socket, remote["sample_rate"]),
                                       model_name=remote["model"], language=asr.language,
                                       ttfs_p99_latency=asr.ttfs_p99_s)

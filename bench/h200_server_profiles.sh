@@ -9,15 +9,9 @@
 # (0: the engine's default). Each set writes transcribe_server_setN.json and server-setN.log under $OUT.
 # Prepare here: bench/wheels_cascade.sh; the call carries [".whl", ".cascade"] and runs this file.
 set -u -o pipefail
-START=$(date +%s)
 OUT=${OUT:-/tmp/profiles-out}
-mkdir -p "$OUT"
-say() { echo "[$(($(date +%s) - START)) s] $*" | tee -a "$OUT/summary.txt"; }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-  .whl/*.whl > "$OUT/pip.log" 2>&1 || { say "pip install failed"; tail -20 "$OUT/pip.log"; exit 1; }
-export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-export TORCHINDUCTOR_CACHE_DIR=/tmp/cadence-inductor
-say "commit $(head -1 .cascade/COMMIT 2>/dev/null); $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader)"
+# shellcheck source=bench/device_preamble.sh
+source bench/device_preamble.sh
 IFS='|' read -r -a sets <<< "${SETS:-default}"
 IFS='|' read -r -a batches <<< "${MAX_BATCHES:-0}"
 for i in "${!sets[@]}"; do

@@ -13,16 +13,10 @@
 # Prepare here: bench/wheels_cascade.sh; the call carries [".whl", ".cascade"] and runs this file.
 # Knobs: STEPS (default "tts server"), TTS_LEVELS, SERVER_PLAN.
 set -u -o pipefail
-START=$(date +%s)
 OUT=${OUT:-/tmp/stages-out}
-mkdir -p "$OUT"
 STEPS=${STEPS:-pytest tts server}
-say() { echo "[$(($(date +%s) - START)) s] $*" | tee -a "$OUT/summary.txt"; }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-  .whl/*.whl > "$OUT/pip.log" 2>&1 || { say "pip install failed"; tail -20 "$OUT/pip.log"; exit 1; }
-export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-export TORCHINDUCTOR_CACHE_DIR=/tmp/cadence-inductor
-say "commit $(head -1 .cascade/COMMIT 2>/dev/null); $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader)"
+# shellcheck source=bench/device_preamble.sh
+source bench/device_preamble.sh
 # can processes share the GPU without time-slicing (CUDA MPS)? The cascade runs three CUDA processes.
 say "MPS: $(command -v nvidia-cuda-mps-control || echo 'nvidia-cuda-mps-control absent'); compute mode $(nvidia-smi --query-gpu=compute_mode --format=csv,noheader)"
 
