@@ -234,6 +234,7 @@ SETS=(--set "admission.max_sessions=$MAX_LEVEL" --set admission.queue_size=0 --s
 [ -n "${LLM_REPLICAS:-}" ] && SETS+=(--set "llm.replicas=$LLM_REPLICAS")
 [ "${KOKORO_COMPILE:-0}" = 1 ] && SETS+=(--set tts.kokoro_compile=true)
 [ "${KOKORO_GRAPHS:-1}" = 0 ] && SETS+=(--set tts.kokoro_cuda_graphs=false)
+[ "${KOKORO_TEXT_GRAPHS:-1}" = 0 ] && SETS+=(--set tts.kokoro_text_graphs=false)
 [ -n "${KOKORO_DTYPE:-}" ] && SETS+=(--set "tts.kokoro_dtype=$KOKORO_DTYPE")
 if [ "$WORKERS" -gt 1 ]; then
   SETS+=(--set "server.workers=$WORKERS" --set "server.metrics_listen=127.0.0.1:$MPORT"

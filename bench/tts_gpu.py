@@ -115,11 +115,17 @@ def environment() -> dict[str, Any]:
 
 
 def decoder_graphs(engine: KokoroEngine) -> dict[str, Any] | None:
-    """The decoder's CUDA graphs: buckets captured, capture time, replays and eager fallbacks so far."""
+    """The CUDA graphs (acoustic side, and text side when captured): buckets, capture time, replays and eager
+    fallbacks so far."""
     g = engine.model.graphs
     if g is None:
         return None
-    return {"buckets": g.captured, "capture_s": round(g.capture_s, 1), "replays": g.replays, "fallbacks": g.fallbacks}
+    out = {"buckets": g.captured, "capture_s": round(g.capture_s, 1), "replays": g.replays, "fallbacks": g.fallbacks}
+    t = engine.model.text_graphs
+    if t is not None:
+        out["text"] = {"buckets": t.captured, "capture_s": round(t.capture_s, 1), "replays": t.replays,
+                       "fallbacks": t.fallbacks}
+    return out
 
 
 def compiled_graphs() -> int:
@@ -161,16 +167,22 @@ def batch_sweep(engine: KokoroEngine, sizes: list[int], modes: list[tuple[str, b
     ids = engine.phoneme_ids("Sure, I can help with that, your order shipped this morning.")
     rows = []
     original = model.decoder_dtype, model.compiled
-    graphs, model.graphs = model.graphs, None  # the eager/compiled rows run without the captured graphs
-    if graphs is not None:  # last: the engine's own mode, replayed from its decoder graphs
-        modes = [*modes, (str(original[0]).removeprefix("torch."), original[1], True)]  # type: ignore[list-item]
+    # the eager/compiled rows run without the captured graphs
+    graphs, model.graphs = model.graphs, None
+    text_graphs, model.text_graphs = model.text_graphs, None
+    engine_mode = str(original[0]).removeprefix("torch."), original[1]
+    if graphs is not None:  # last: the engine's own mode, replayed from its acoustic graphs (and text graphs)
+        modes = [*modes, (*engine_mode, "graphs")]  # type: ignore[list-item]
+        if text_graphs is not None:
+            modes.append((*engine_mode, "graphs+text"))  # type: ignore[arg-type]
     for mode in modes:
         dtype, compiled = mode[0], mode[1]
-        replay = len(mode) > 2
+        replay = mode[2] if len(mode) > 2 else ""  # type: ignore[misc]
         model.set_decoder_dtype(getattr(torch, dtype))
         model.set_compiled(compiled, engine.options.compile_mode or None)
         model.graphs = graphs if replay else None
-        label = f"{dtype} {'compiled' if compiled else 'eager'}{' graphs' if replay else ''}"
+        model.text_graphs = text_graphs if replay == "graphs+text" else None
+        label = f"{dtype} {'compiled' if compiled else 'eager'}{' ' + replay if replay else ''}"
         t_mode = time.perf_counter()
         for b in sizes:
             items = [Utterance(ids, engine.style_for(len(ids)), 1.0) for _ in range(b)]
@@ -189,7 +201,7 @@ def batch_sweep(engine: KokoroEngine, sizes: list[int], modes: list[tuple[str, b
                 times.append(time.perf_counter() - t0)
                 audio_s = sum(len(a) for a in res.audio) / engine.sample_rate
             ms = statistics.median(times) * 1000
-            row = {"dtype": dtype, "compiled": compiled, "cuda_graphs": replay, "batch": b, "ms": round(ms, 2),
+            row = {"dtype": dtype, "compiled": compiled, "cuda_graphs": replay or False, "batch": b, "ms": round(ms, 2),
                    "min_ms": round(min(times) * 1000, 2), "audio_s": round(audio_s, 2),
                    "audio_s_per_s": round(audio_s / (ms / 1000), 1), "warm_s": round(warm_s, 2)}
             if dev.type == "cuda":
@@ -200,7 +212,7 @@ def batch_sweep(engine: KokoroEngine, sizes: list[int], modes: list[tuple[str, b
         print(f"  {label}: {time.perf_counter() - t_mode:.1f} s for the mode", flush=True)
     model.set_decoder_dtype(original[0])
     model.set_compiled(original[1], engine.options.compile_mode or None)
-    model.graphs = graphs
+    model.graphs, model.text_graphs = graphs, text_graphs
     return rows
 
 
@@ -365,6 +377,8 @@ def main() -> None:
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=False,
                    help="KokoroOptions.cuda_graphs: the decoder replayed from CUDA graphs per (batch, frames) bucket; "
                         "the batch table then adds the engine's mode replayed from them")
+    p.add_argument("--text-graphs", action=argparse.BooleanOptionalAction, default=True,
+                   help="KokoroOptions.text_graphs (with --cuda-graphs): the text side replayed from graphs too")
     p.add_argument("--batch-sizes", default="1,8,32,64,128")
     p.add_argument("--batch-iters", type=int, default=3)
     p.add_argument("--max-batch", type=int, default=64)
@@ -406,7 +420,7 @@ def main() -> None:
     engine = KokoroEngine(KokoroOptions(device=args.device, dtype=args.dtype, max_batch=args.max_batch, g2p=g2p,
                                         tiny=args.tiny, warmup=True, urgent_s=args.urgent_s,
                                         compile=args.compile, compile_mode=args.compile_mode,
-                                        cuda_graphs=args.cuda_graphs))
+                                        cuda_graphs=args.cuda_graphs, text_graphs=args.text_graphs))
     setup_s = time.perf_counter() - t0
     print(f"engine on {engine.device} ({engine.decoder_dtype}, {'compiled' if args.compile else 'eager'}) in "
           f"{setup_s:.1f} s (warm-up {engine.memory.warmup_s:.1f} s, {compiled_graphs()} compiled graphs); memory "

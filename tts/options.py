@@ -16,3 +16,4 @@ class TTSConfig:
     kokoro_compile: bool = False  # torch.compile the decoder's fused AdaIN/Snake steps (built during warm-up)
     kokoro_max_batch: int = 64  # utterances per GPU call
     kokoro_cuda_graphs: bool = False  # replay the decoder from CUDA graphs per (batch, frames) bucket
+    kokoro_text_graphs: bool = True  # with kokoro_cuda_graphs: the text side from graphs per (batch, tokens) too

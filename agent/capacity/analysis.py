@@ -87,6 +87,7 @@ class LevelResult:
     lateness_p99_ms: float | None = None
     lateness_max_ms: float | None = None
     stage_tails: dict[str, float | None] = field(default_factory=dict)  # server-side window tails
+    stage_medians: dict[str, float | None] = field(default_factory=dict)  # server-side window p50s (phone)
     breaches: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     passed: bool = False

@@ -130,6 +130,7 @@ def judge_phone_level(concurrency: int, records: list[PhoneCallRecord], steady_f
     result.lateness_p99_ms, result.lateness_max_ms = _pct(late, 99.0), (max(late) if late else None)
     if scrape is not None:
         result.stage_tails = scrape["tails"]
+        result.stage_medians = scrape.get("medians", {})
         result.server_ratio_p1 = scrape["tails"].get("output_rt_ratio")
         result.gpu_memory_gib = scrape["gpu_memory_gib"]
         result.breaches = list(scrape["breaches"])
@@ -166,10 +167,12 @@ def parse_scrape(text: str) -> dict:
 
     scrape = parse_metrics(text)
     tails: dict[str, float | None] = {}
+    medians: dict[str, float | None] = {}
     breaches = []
     for name, row in scrape.rows.items():
         q = row.quantiles or {}
         tails[name] = q.get(0.01) if row.unit == "x" else q.get(0.99)
+        medians[name] = q.get(0.5)
         if row.in_breach:
             tail = tails[name]
             shown = "-" if tail is None else f"{tail:.4g}"
@@ -181,7 +184,7 @@ def parse_scrape(text: str) -> dict:
                 memory[sample.labels["stage"]] = round(sample.value / GIB, 3)
             elif sample.name == "cadence_gpu_memory_share_bytes":
                 memory[sample.labels["stage"] + "_share"] = round(sample.value / GIB, 3)
-    return {"tails": tails, "breaches": breaches, "gpu_memory_gib": memory,
+    return {"tails": tails, "medians": medians, "breaches": breaches, "gpu_memory_gib": memory,
             "event_loop_lag_p99_ms": tails.get("event_loop_lag")}
 
 
@@ -248,10 +251,11 @@ def describe_phone(level: LevelResult) -> str:
     verdict = "PASS" if level.passed else "FAIL: " + "; ".join(level.reasons)
     tails = level.stage_tails
     stages = ", ".join(f"{k} {f(tails.get(k), ' ms')}" for k in PRINTED_STAGES)
+    medians = ", ".join(f"{k} {f(level.stage_medians.get(k), ' ms')}" for k in PRINTED_STAGES)
     mem = ", ".join(f"{k} {v:.1f}" for k, v in level.gpu_memory_gib.items() if not k.endswith("_share"))
     return (f"{level.concurrency:3d} phone callers: first audio p50 {f(level.first_audio_p50_ms, ' ms')} "
             f"p95 {f(level.first_audio_p95_ms, ' ms')} p99 {f(level.first_audio_p99_ms, ' ms')}; "
-            f"server p99 {stages}; delivery p1 server {f(level.server_ratio_p1, 'x')} caller "
+            f"server p99 {stages}; server p50 {medians}; delivery p1 server {f(level.server_ratio_p1, 'x')} caller "
             f"{f(level.p99_ratio, 'x')}; lateness p99 {f(level.lateness_p99_ms, ' ms')}; "
             f"{level.answered_once}/{level.turns} answered once; event-loop lag p99 {f(tails.get('event_loop_lag'), ' ms')}"
             + (f"; GPU GiB {mem}" if mem else "") + f" -> {verdict}")

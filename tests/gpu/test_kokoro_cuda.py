@@ -161,6 +161,28 @@ def test_decoder_graphs_match_eager(model: KokoroModel) -> None:
     print("graphs vs eager, max abs error / peak:", {k: f"{v:.2e}" for k, v in rows.items()})
 
 
+def test_text_graphs_match_eager(model: KokoroModel) -> None:
+    """The text side replayed from CUDA graphs (ALBERT, encoders, masked BiLSTMs over a larger padded bucket)
+    gives the eager durations and audio; a batch past every bucket runs eagerly."""
+    items = _items(model)
+    eager = model.synthesize(items, frame_bucket=8)
+    eager_one = model.synthesize(items[1:2], frame_bucket=8)
+    try:
+        graphs = model.enable_text_graphs(max_batch=8, token_step=32, max_tokens=128, max_cells=8 * 128)
+        assert graphs.captured == 4 * 4  # batches 1, 2, 4, 8 x tokens 32..128
+        replayed = model.synthesize(items, frame_bucket=8)  # 4 items of <= 74 tokens -> the (4, 96) bucket
+        one = model.synthesize(items[1:2], frame_bucket=8)  # the (1, 32) bucket
+        assert graphs.replays == 2 and graphs.fallbacks == 0
+        model.synthesize(items * 3, frame_bucket=8)  # 12 items > max_batch 8: eager
+        assert graphs.fallbacks == 1
+    finally:
+        model.text_graphs = None
+    assert replayed.durations == eager.durations and one.durations == eager_one.durations
+    for got, ref in [*zip(replayed.audio, eager.audio, strict=True), (one.audio[0], eager_one.audio[0])]:
+        assert len(got) == len(ref) and np.isfinite(got).all()
+        assert np.abs(got - ref).max() < 1e-3 * np.abs(ref).max()
+
+
 def test_engine_with_decoder_graphs_streams() -> None:
     from tts.kokoro.engine import KokoroEngine
     from tts.kokoro.options import KokoroOptions
@@ -171,6 +193,8 @@ def test_engine_with_decoder_graphs_streams() -> None:
         graphs = engine.model.graphs
         assert graphs is not None and graphs.captured == 5 * 8  # batches 1..16 x frames 32..256
         assert graphs.replays >= 1  # the warm-up batch replayed its bucket
+        text = engine.model.text_graphs
+        assert text is not None and text.captured == 5 * 8 and text.replays >= 1  # batches 1..16 x tokens 32..256
         pieces = list(engine.synthesize("Hello there. This runs on the GPU, replayed from graphs."))
         assert len(pieces) == 2 and all(pieces)
         print(f"kokoro graphs: {graphs.captured} buckets in {graphs.capture_s:.1f} s; warm-up {engine.memory.as_dict()}")

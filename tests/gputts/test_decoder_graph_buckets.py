@@ -9,6 +9,7 @@ pytest.importorskip("torch")
 from tts.kokoro import config as kconfig  # noqa: E402
 from tts.kokoro.checkpoint import build_random  # noqa: E402
 from tts.kokoro.decoder_graphs import DecoderGraphs, bucket_sizes  # noqa: E402
+from tts.kokoro.text_graphs import TextGraphs  # noqa: E402
 
 
 def test_buckets_cover_batches_and_frames_within_the_cell_cap() -> None:
@@ -20,7 +21,9 @@ def test_buckets_cover_batches_and_frames_within_the_cell_cap() -> None:
     assert bucket_sizes(max_batch=48, frame_step=64, max_frames=128, max_cells=10**6)[-2:] == [(48, 64), (48, 128)]
 
 
-def test_graphs_refuse_a_cpu_decoder() -> None:
+def test_graphs_refuse_a_cpu_model() -> None:
     model = build_random(kconfig.tiny_config(), seed=0)
     with pytest.raises(ValueError, match="CUDA"):
-        DecoderGraphs(model.decoder, 8, model.style_dim, model.samples_per_frame, model.decoder_dtype)
+        DecoderGraphs(model)
+    with pytest.raises(ValueError, match="CUDA"):
+        TextGraphs(model)

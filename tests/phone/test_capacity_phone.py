@@ -39,6 +39,7 @@ def test_two_phone_callers_against_a_real_server(tmp_path, phone_server):
     assert 0 < level["first_audio_p50_ms"] <= level["first_audio_p99_ms"] < 20_000
     # the server's windows were reset at the hold and read at its end
     assert level["stage_tails"]["asr_final"] is not None and level["stage_tails"]["first_audio"] is not None
+    assert 0 < level["stage_medians"]["first_audio"] <= level["stage_tails"]["first_audio"]
     # both callers were real calls on the server; nothing is left connected
     assert len(calls["recent"]) >= 2 and not calls["active"]
     assert len({c["stream_sid"] for c in calls["recent"]}) >= 2

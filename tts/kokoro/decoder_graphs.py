@@ -1,13 +1,14 @@
-"""Kokoro's decoder replayed from CUDA graphs, one per (batch, frames) bucket.
+"""Kokoro's acoustic side (F0/energy prediction + the decoder) replayed from CUDA graphs, one per (batch,
+frames) bucket.
 
 Why: the eager decoder is thousands of small kernel launches from Python (52 ms for one utterance on
 the H200, run 17, where the GPU work is a few ms), and inside a process that also serves sockets and a
 Parakeet batcher those launches wait for the GIL: run 25 measured a batch of 8 taking ~250 ms in the
 engine process against 64 ms alone. A replayed graph is one launch.
 
-How: the decoder pass has no host value in it once its lengths are a device tensor
-(``Span.of_lens``), so for a bucket (B, F) it is captured once over static input buffers (B rows, F
-frames); a batch of b <= B items of f <= F frames is zero-padded into them (rows past b have length 0),
+How: ``KokoroModel.acoustic_pass`` has no host value in it once its lengths are a device tensor
+(``Span.of_lens``, ``layers.masked_lstm``), so for a bucket (B, F) it is captured once over static input
+buffers (B rows, F frames); a batch of b <= B items of f <= F frames is zero-padded into them (rows past b have length 0),
 replayed, and its audio copied out before the next replay. Buckets: batches 1, 2, 4, ... up to
 ``max_batch`` and frames in steps of ``frame_step`` up to ``max_frames``, limited to ``max_cells``
 batch x frames (memory grows with both); a batch outside every bucket runs eagerly. All graphs share
@@ -21,11 +22,12 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from tts.kokoro.decoder import Decoder
-from tts.kokoro.layers import Span
+if TYPE_CHECKING:
+    from tts.kokoro.model import KokoroModel
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +36,10 @@ log = logging.getLogger(__name__)
 class _Bucket:
     batch: int
     frames: int
+    en: torch.Tensor  # (B, C + S, F) text dtype: the aligned prosody features
     asr: torch.Tensor  # (B, C, F) decoder dtype
-    f0: torch.Tensor  # (B, 2F)
-    energy: torch.Tensor  # (B, 2F)
-    style: torch.Tensor  # (B, S)
+    s_pro: torch.Tensor  # (B, S) text dtype
+    style: torch.Tensor  # (B, S) decoder dtype
     lens: torch.Tensor  # (B,) int64: frames per item, 0 for an unused row
     noise: torch.Tensor  # (B, F * samples_per_frame) work dtype
     graph: torch.cuda.CUDAGraph | None = None
@@ -57,17 +59,19 @@ def bucket_sizes(max_batch: int, frame_step: int, max_frames: int, max_cells: in
 
 
 class DecoderGraphs:
-    """CUDA graphs of ``decoder`` per bucket (see the module docstring)."""
+    """CUDA graphs of ``model.acoustic_pass`` per bucket (see the module docstring)."""
 
-    def __init__(self, decoder: Decoder, channels: int, style_dim: int, samples_per_frame: int,
-                 work: torch.dtype, max_batch: int = 64, frame_step: int = 32, max_frames: int = 512,
+    def __init__(self, model: KokoroModel, max_batch: int = 64, frame_step: int = 32, max_frames: int = 512,
                  max_cells: int = 64 * 192):
-        self.decoder = decoder
-        self.device = decoder.F0_conv.weight.device
+        self.model = model
+        self.device = model.device
         if self.device.type != "cuda":
-            raise ValueError("decoder CUDA graphs need the decoder on a CUDA device")
-        self.dtype = decoder.F0_conv.weight.dtype
-        self.channels, self.style_dim, self.spf, self.work = channels, style_dim, samples_per_frame, work
+            raise ValueError("decoder CUDA graphs need the model on a CUDA device")
+        self.dtype = model.decoder_dtype
+        self.text_dtype = model.bert_encoder.weight.dtype
+        self.work = torch.promote_types(self.text_dtype, torch.float32)
+        self.channels, self.style_dim = int(model.config["hidden_dim"]), model.style_dim
+        self.spf = model.samples_per_frame
         self.sizes = bucket_sizes(max_batch, frame_step, max_frames, max_cells)
         self._buckets: dict[tuple[int, int], _Bucket] = {}
         self._pool = torch.cuda.graph_pool_handle()
@@ -79,17 +83,14 @@ class DecoderGraphs:
     # ------------------------------------------------------------------ capture
     def _buffers(self, b: int, f: int) -> _Bucket:
         z = dict(device=self.device)
-        return _Bucket(b, f, torch.zeros(b, self.channels, f, dtype=self.dtype, **z),
-                       torch.zeros(b, 2 * f, dtype=self.dtype, **z), torch.zeros(b, 2 * f, dtype=self.dtype, **z),
-                       torch.zeros(b, self.style_dim, dtype=self.dtype, **z),
-                       torch.full((b,), f, dtype=torch.int64, **z),
+        c, s = self.channels, self.style_dim
+        return _Bucket(b, f, torch.zeros(b, c + s, f, dtype=self.text_dtype, **z),
+                       torch.zeros(b, c, f, dtype=self.dtype, **z), torch.zeros(b, s, dtype=self.text_dtype, **z),
+                       torch.zeros(b, s, dtype=self.dtype, **z), torch.full((b,), f, dtype=torch.int64, **z),
                        torch.zeros(b, f * self.spf, dtype=self.work, **z))
 
     def _body(self, k: _Bucket) -> torch.Tensor:
-        frames = Span.of_lens(k.lens, k.frames, self.dtype)
-        frames2 = Span.of_lens(2 * k.lens, 2 * k.frames, self.dtype)
-        audio, _ = self.decoder(k.asr, k.f0, k.energy, k.style, frames, frames2, k.noise, self.work)
-        return audio
+        return self.model.acoustic_pass(k.en, k.asr, k.s_pro, k.style, k.lens, k.noise)
 
     @torch.inference_mode()
     def capture(self, b: int, f: int) -> None:
@@ -116,7 +117,7 @@ class DecoderGraphs:
                     self.capture(b, f)
         torch.cuda.synchronize(self.device)
         self.capture_s += time.perf_counter() - t0
-        log.info("kokoro decoder: %d CUDA graphs captured in %.1f s", len(self._buckets), self.capture_s)
+        log.info("kokoro acoustic side: %d CUDA graphs captured in %.1f s", len(self._buckets), self.capture_s)
 
     @property
     def captured(self) -> int:
@@ -132,19 +133,21 @@ class DecoderGraphs:
         return best
 
     @torch.inference_mode()
-    def run(self, asr: torch.Tensor, f0: torch.Tensor, energy: torch.Tensor, style: torch.Tensor,
-            lens: torch.Tensor, noise: torch.Tensor) -> torch.Tensor | None:
-        """The decoder's audio (b, T) for ``asr`` (b, C, f) etc. (``lens`` (b,) int64 frames per item, inputs
-        zero past each item), from the bucket's graph; None when no bucket holds the batch (run it eagerly)."""
+    def run(self, en: torch.Tensor, asr: torch.Tensor, s_pro: torch.Tensor, style: torch.Tensor, lens: torch.Tensor,
+            noise: torch.Tensor) -> torch.Tensor | None:
+        """The audio (b, T) for the aligned features ``en`` (b, C + S, f) and ``asr`` (b, C, f) (``lens`` (b,)
+        int64 frames per item, inputs zero past each item), from the bucket's graph; None when no bucket holds
+        the batch (run it eagerly)."""
         b, f = asr.shape[0], asr.shape[-1]
         k = self.pick(b, f)
         if k is None:
             self.fallbacks += 1
             return None
         with self._lock:
-            for dst, src in ((k.asr, asr), (k.f0, f0), (k.energy, energy), (k.noise, noise)):
+            for dst, src in ((k.en, en), (k.asr, asr), (k.noise, noise)):
                 dst.zero_()
                 dst[:b, ..., : src.shape[-1]].copy_(src)
+            k.s_pro[:b].copy_(s_pro)
             k.style[:b].copy_(style)
             k.lens.zero_()
             k.lens[:b].copy_(lens)

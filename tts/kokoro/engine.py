@@ -210,6 +210,9 @@ class KokoroEngine:
             with self.batcher.held():  # the batcher thread stays off the model while graphs are captured
                 self.model.enable_decoder_graphs(self.options.max_batch, max_frames=self.options.graph_max_frames,
                                                  max_cells=self.options.graph_max_cells)
+                if self.options.text_graphs:
+                    self.model.enable_text_graphs(self.options.max_batch, max_tokens=self.options.graph_max_tokens,
+                                                  max_cells=self.options.graph_max_token_cells)
         with self.batcher.held():
             requests = [self.batcher.submit_future(self.utterance(longest.ids, seed=i)) for i in range(n)]
         audio_s = sum(len(r.future.result()) for r in requests) / self.sample_rate

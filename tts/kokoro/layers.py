@@ -3,8 +3,9 @@
 Every module here keeps the parameter layout of its counterpart in ``kokoro.modules`` /
 ``kokoro.istftnet`` (so a real ``kokoro-v1_0.pth`` loads into it), but its forward takes a
 :class:`Span` telling each batch item's valid length. Padded positions are zeroed before every
-convolution and excluded from every instance-norm statistic, and bidirectional LSTMs run packed, so a
-padded batch computes, for each item, what Kokoro computes for that item alone.
+convolution and excluded from every instance-norm statistic, and bidirectional LSTMs see each item's own
+length (:func:`masked_lstm`: device lengths only, so CUDA graphs can hold them), so a padded batch
+computes, for each item, what Kokoro computes for that item alone.
 
 Convention: a block's input and output are *clean* (zeros past each item's length).
 Weight-normed layers are plain convolutions flagged with :func:`weight_normed`; the checkpoint
@@ -210,18 +211,66 @@ class AdaINResBlock1(nn.Module):
 
 
 def packed_lstm(lstm: nn.LSTM, x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
-    """Run a batch-first LSTM over (B, T, C) packed by ``lengths``; returns (B, T, H) zero past each length."""
+    """Run a batch-first LSTM over (B, T, C) packed by host ``lengths``; returns (B, T, H) zero past each length.
+
+    The reference :func:`masked_lstm` is checked against (it needs host lengths, so no CUDA graph holds it).
+    """
     total = x.shape[1]
     if all(n == total for n in lengths):
         out, _ = lstm(x)
         return out
-    # lengths already in descending order (the model sorts its batch) need no index tensors on the device,
-    # whose copies would synchronize the stream
     ordered = all(a >= b for a, b in zip(lengths, lengths[1:], strict=False))
     packed = nn.utils.rnn.pack_padded_sequence(x, torch.tensor(lengths), batch_first=True, enforce_sorted=ordered)
     out, _ = lstm(packed)
     out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=total)
     return out
+
+
+def masked_lstm(lstm: nn.LSTM, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+    """A one-layer batch-first (Bi)LSTM over clean (B, T, C) with device lengths ``lens`` (B,) int64; returns
+    (B, T, H x directions), zero past each length: what :func:`packed_lstm` computes, with no host value.
+
+    The forward direction runs over the padded rows (padding after an item cannot reach its outputs); the
+    backward direction runs forward over each item reversed within its own length, and its outputs are
+    reversed back. Every step is a device operation, so a CUDA graph can hold it (packing needs host lengths).
+    """
+    forward, backward = _directions(lstm)
+    t = torch.arange(x.shape[1], device=x.device)
+    valid = t[None, :] < lens[:, None]  # (B, T)
+    out, _ = forward(x)
+    if backward is not None:
+        rev = torch.where(valid, lens[:, None] - 1 - t[None, :], t[None, :])[:, :, None]  # an involution
+        back, _ = backward(torch.gather(x, 1, rev.expand(-1, -1, x.shape[2])))
+        out = torch.cat([out, torch.gather(back, 1, rev.expand(-1, -1, back.shape[2]))], dim=-1)
+    return out * valid[:, :, None].to(out.dtype)
+
+
+_DIRECTIONS = "_kokoro_directions"
+
+
+def _directions(lstm: nn.LSTM) -> tuple[nn.LSTM, nn.LSTM | None]:
+    """One-direction copies of ``lstm``'s weights (cuDNN-flattened), rebuilt when its weights, device or
+    dtype change (loading a checkpoint bumps the parameters' version). Not registered as submodules: the
+    checkpoint layout stays Kokoro's."""
+    if lstm.num_layers != 1 or not lstm.batch_first:
+        raise ValueError("masked_lstm takes one-layer batch-first LSTMs (Kokoro's)")
+    w = lstm.weight_ih_l0
+    key = (w.device, w.dtype, w.data_ptr(), *(p._version for p in lstm.parameters()))
+    cached = lstm.__dict__.get(_DIRECTIONS)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    copies: list[nn.LSTM] = []
+    with torch.inference_mode(False), torch.no_grad():
+        for suffix in ("", "_reverse")[: 2 if lstm.bidirectional else 1]:
+            one = nn.LSTM(lstm.input_size, lstm.hidden_size, 1, bias=lstm.bias, batch_first=True)
+            one = one.to(w.device, w.dtype).eval().requires_grad_(False)
+            for name in ("weight_ih_l0", "weight_hh_l0", *(("bias_ih_l0", "bias_hh_l0") if lstm.bias else ())):
+                getattr(one, name).copy_(getattr(lstm, name + suffix))
+            one.flatten_parameters()
+            copies.append(one)
+    pair = (copies[0], copies[1] if len(copies) > 1 else None)
+    lstm.__dict__[_DIRECTIONS] = (key, pair)
+    return pair
 
 
 def init_generator_weights(module: nn.Module, std: float = 0.01) -> None:
@@ -232,4 +281,4 @@ def init_generator_weights(module: nn.Module, std: float = 0.01) -> None:
 
 
 __all__ = ["AdaIN1d", "AdaLayerNorm", "AdainResBlk1d", "AdaINResBlock1", "LayerNorm", "Span", "WN_FLAG",
-           "device_ints", "init_generator_weights", "packed_lstm", "weight_normed"]
+           "device_ints", "init_generator_weights", "masked_lstm", "packed_lstm", "weight_normed"]

@@ -1,7 +1,7 @@
 """``KokoroModel``: Kokoro-82M (StyleTTS2 + ISTFTNet) with a batched forward.
 
 Kokoro's own ``KModel.forward_with_tokens`` takes one utterance. :meth:`KokoroModel.synthesize`
-takes many: token ids are right-padded, ALBERT masks padded keys, LSTMs run packed, each item's
+takes many: token ids are right-padded, ALBERT masks padded keys, LSTMs see each item's length, each item's
 predicted durations build its own alignment, the decoder runs over the padded frames with masked
 statistics, and each item's audio is cut to its own length (600 samples per alignment frame).
 
@@ -66,6 +66,7 @@ class KokoroModel(nn.Module):
         self._kernels: Kernels = EAGER_KERNELS
         self._compiled_kernels: Kernels | None = None
         self.graphs: Any = None  # tts.kokoro.decoder_graphs.DecoderGraphs once enable_decoder_graphs ran
+        self.text_graphs: Any = None  # tts.kokoro.text_graphs.TextGraphs once enable_text_graphs ran
         # Seconds spent per phase of the batched forward, summed over calls: issuing the text side's work
         # ("text_launch"), waiting for its durations ("text_wait"), issuing the rest ("rest_launch": alignment,
         # F0/energy, text encoder, decoder) and waiting for the audio ("rest_wait"). Launch-heavy: the host
@@ -121,15 +122,24 @@ class KokoroModel(nn.Module):
         return self
 
     def enable_decoder_graphs(self, max_batch: int = 64, **buckets: Any) -> Any:
-        """Capture the decoder as CUDA graphs per (batch, frames) bucket (``tts.kokoro.decoder_graphs``); later
-        batches that fit a bucket replay one. Call after the dtype and compile settings: graphs freeze them."""
+        """Capture :meth:`acoustic_pass` (F0/energy + the decoder) as CUDA graphs per (batch, frames) bucket
+        (``tts.kokoro.decoder_graphs``); later batches that fit a bucket replay one. Call after the dtype and
+        compile settings: graphs freeze them."""
         from tts.kokoro.decoder_graphs import DecoderGraphs
 
-        graphs = DecoderGraphs(self.decoder, int(self.config["hidden_dim"]), self.style_dim, self.samples_per_frame,
-                               torch.promote_types(self.bert_encoder.weight.dtype, torch.float32),
-                               max_batch=max_batch, **buckets)
+        graphs = DecoderGraphs(self, max_batch=max_batch, **buckets)
         graphs.capture_all()
         self.graphs = graphs
+        return graphs
+
+    def enable_text_graphs(self, max_batch: int = 64, **buckets: Any) -> Any:
+        """Capture :meth:`text_pass` (ALBERT, the encoders, the duration LSTMs) as CUDA graphs per (batch,
+        tokens) bucket (``tts.kokoro.text_graphs``); batches past every bucket run it eagerly."""
+        from tts.kokoro.text_graphs import TextGraphs
+
+        graphs = TextGraphs(self, max_batch=max_batch, **buckets)
+        graphs.capture_all()
+        self.text_graphs = graphs
         return graphs
 
     def parameter_bytes(self) -> int:
@@ -148,20 +158,10 @@ class KokoroModel(nn.Module):
         if self.device.type == "cpu" and torch.backends.mkldnn.enabled:
             torch.backends.mkldnn.enabled = False
             try:
-                return self._synthesize(items, frame_bucket)
+                return self._forward(items, frame_bucket)
             finally:
                 torch.backends.mkldnn.enabled = True
-        return self._synthesize(items, frame_bucket)
-
-    def _synthesize(self, items: list[Utterance], frame_bucket: int) -> BatchResult:
-        """Run the batch longest first (packed LSTMs then need no device index tensors), answer in order."""
-        order = sorted(range(len(items)), key=lambda i: -len(items[i].ids))
-        result = self._forward([items[i] for i in order], frame_bucket)
-        audio: list[np.ndarray] = [np.empty(0, np.float32)] * len(items)
-        durations: list[list[int]] = [[] for _ in items]
-        for pos, i in enumerate(order):
-            audio[i], durations[i] = result.audio[pos], result.durations[pos]
-        return BatchResult(audio, durations, result.frames)
+        return self._forward(items, frame_bucket)
 
     @torch.inference_mode()
     def _forward(self, items: list[Utterance], frame_bucket: int) -> BatchResult:
@@ -188,12 +188,8 @@ class KokoroModel(nn.Module):
         s_pro = ref[:, self.style_dim:].clone(memory_format=dense)
         speed = torch.tensor([it.speed for it in items], dtype=text_dtype).to(dev, non_blocking=True)
 
-        valid = None if all(n == t for n in lengths) else tokens.mask[:, 0, :] > 0
-        bert = self.bert(ids_t, valid)
-        d_en = self.bert_encoder(bert).transpose(1, 2) * tokens.mask
-        d = self.predictor.text_encoder(d_en, s_pro, tokens)  # (B, T, C + S)
-        dur = self.predictor.durations(d, tokens, speed)
-        dur = torch.round(dur).clamp(min=1).long() * tokens.mask[:, 0, :].long()
+        text = self.text_graphs.run(ids_t, tokens.lens, s_pro, speed) if self.text_graphs is not None else None
+        d, dur, t_en = text if text is not None else self.text_pass(ids_t, tokens, s_pro, speed)
         t1 = time.perf_counter()
         dur_host = dur.cpu().numpy()  # the batch's one device-to-host sync before the decoder
         t2 = time.perf_counter()
@@ -208,17 +204,16 @@ class KokoroModel(nn.Module):
         fspan2 = Span.of([2 * n for n in frames], 2 * f, dev, text_dtype)
 
         en = _align(d.transpose(1, 2), index_t) * fspan.mask  # (B, C + S, F)
-        f0, energy = self.predictor.f0_energy(en, s_pro, fspan, fspan2)
-        t_en = self.text_encoder(ids_t, tokens)
         asr = _align(t_en, index_t) * fspan.mask
 
         dd = self.decoder_dtype
         noise = _noise(items, [n * self.samples_per_frame for n in frames], f * self.samples_per_frame, dev, work)
         audio = None
         if self.graphs is not None:  # one replay of the bucket's graph; None: no bucket holds this batch
-            audio = self.graphs.run(asr.to(dd), f0.to(dd), energy.to(dd), s_dec.to(dd), fspan.lens, noise)
+            audio = self.graphs.run(en, asr.to(dd), s_pro, s_dec.to(dd), fspan.lens, noise)
             out_lengths = [n * self.samples_per_frame for n in frames]
         if audio is None:
+            f0, energy = self.predictor.f0_energy(en, s_pro, fspan, fspan2)
             audio, out_lengths = self.decoder(asr.to(dd), f0.to(dd), energy.to(dd), s_dec.to(dd), fspan.to(dd),
                                               fspan2.to(dd), noise, work)
         audio = torch.nan_to_num(audio.float(), nan=0.0, posinf=1.0, neginf=-1.0).clamp_(-1.0, 1.0)
@@ -231,6 +226,31 @@ class KokoroModel(nn.Module):
         phase["rest_launch"] += t3 - t2
         phase["rest_wait"] += t4 - t3
         return BatchResult([audio[row, :n].copy() for row, n in enumerate(out_lengths)], durations, f)
+
+    def text_pass(self, ids: torch.Tensor, tokens: Span, s_pro: torch.Tensor, speed: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The text side up to the durations, device operations only (``tokens.lens`` is all it reads of the
+        lengths, so a CUDA graph can hold it): prosody features ``d`` (B, T, C + S), frames per token (B, T)
+        int64 (0 past each item) and the text encoder's output (B, C, T)."""
+        bert = self.bert(ids, tokens.mask[:, 0, :] > 0)
+        d_en = self.bert_encoder(bert).transpose(1, 2) * tokens.mask
+        d = self.predictor.text_encoder(d_en, s_pro, tokens)  # (B, T, C + S)
+        dur = self.predictor.durations(d, tokens, speed)
+        dur = torch.round(dur).clamp(min=1).long() * tokens.mask[:, 0, :].long()
+        return d, dur, self.text_encoder(ids, tokens)
+
+    def acoustic_pass(self, en: torch.Tensor, asr: torch.Tensor, s_pro: torch.Tensor, s_dec: torch.Tensor,
+                      frames: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """F0 and energy from the aligned prosody features ``en`` (B, C + S, F), then the decoder over ``asr``
+        (B, C, F, decoder dtype): padded audio (B, F x 600). ``frames`` (B,) int64 on the device is all it
+        reads of the lengths (what the captured graphs run)."""
+        text_dtype, dd = en.dtype, asr.dtype
+        total = en.shape[-1]
+        fspan, fspan2 = Span.of_lens(frames, total, text_dtype), Span.of_lens(2 * frames, 2 * total, text_dtype)
+        f0, energy = self.predictor.f0_energy(en, s_pro, fspan, fspan2)
+        audio, _ = self.decoder(asr, f0.to(dd), energy.to(dd), s_dec, fspan.to(dd), fspan2.to(dd), noise,
+                                noise.dtype)
+        return audio
 
 
 def _align(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

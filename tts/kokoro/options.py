@@ -45,4 +45,9 @@ class KokoroOptions:
     # interpreter's. Batches past the buckets run eagerly. Capture takes seconds; memory ~ the largest bucket.
     cuda_graphs: bool = False
     graph_max_frames: int = 512  # longest padded clause (alignment frames, 25 ms each) a graph holds
-    graph_max_cells: int = 64 * 192  # batch x frames of the largest bucket  # torch.compile mode: "" (default) | max-autotune-no-cudagraphs | ...
+    graph_max_cells: int = 64 * 192  # batch x frames of the largest bucket
+    # With cuda_graphs: the text side (ALBERT, encoders, duration LSTMs) replayed from graphs per (batch, tokens)
+    # bucket too (tts/kokoro/text_graphs.py), so a tick is two replays and one host sync, not hundreds of launches.
+    text_graphs: bool = True
+    graph_max_tokens: int = 256  # longest clause (phoneme ids + 2) a text graph holds; longer ones run eagerly
+    graph_max_token_cells: int = 64 * 128  # batch x tokens of the largest text bucket  # torch.compile mode: "" (default) | max-autotune-no-cudagraphs | ...

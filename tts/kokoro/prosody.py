@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tts.kokoro.layers import AdainResBlk1d, AdaLayerNorm, LayerNorm, Span, packed_lstm, weight_normed
+from tts.kokoro.layers import AdainResBlk1d, AdaLayerNorm, LayerNorm, Span, masked_lstm, weight_normed
 
 
 class TextEncoder(nn.Module):
@@ -30,7 +30,7 @@ class TextEncoder(nn.Module):
         x = self.embedding(ids).transpose(1, 2) * m
         for block in self.cnn:
             x = block(x) * m
-        x = packed_lstm(self.lstm, x.transpose(1, 2), span.lengths)
+        x = masked_lstm(self.lstm, x.transpose(1, 2), span.lens)
         return x.transpose(1, 2) * m
 
 
@@ -54,7 +54,7 @@ class DurationEncoder(nn.Module):
             if isinstance(block, AdaLayerNorm):
                 x = torch.cat([block(x, style), s], dim=-1) * m
             else:
-                x = packed_lstm(block, x, span.lengths)
+                x = masked_lstm(block, x, span.lens)
         return x
 
 
@@ -77,13 +77,13 @@ class ProsodyPredictor(nn.Module):
 
     def durations(self, d: torch.Tensor, span: Span, speed: torch.Tensor) -> torch.Tensor:
         """Frames per token (B, T) as float (rounding is the caller's); ``d`` from ``text_encoder``."""
-        x = packed_lstm(self.lstm, d, span.lengths)
+        x = masked_lstm(self.lstm, d, span.lens)
         return torch.sigmoid(self.duration_proj(x)).sum(dim=-1) / speed[:, None]
 
     def f0_energy(self, en: torch.Tensor, s: torch.Tensor, frames: Span, frames2: Span
                   ) -> tuple[torch.Tensor, torch.Tensor]:
         """F0 and energy curves (B, 2F) at twice the alignment's frame rate, zero past each item."""
-        x = packed_lstm(self.shared, en.transpose(1, 2), frames.lengths).transpose(1, 2)
+        x = masked_lstm(self.shared, en.transpose(1, 2), frames.lens).transpose(1, 2)
         f0, n = _run(self.F0, x, s, frames, frames2), _run(self.N, x, s, frames, frames2)
         m2 = frames2.mask[:, 0, :]
         return self.F0_proj(f0)[:, 0, :] * m2, self.N_proj(n)[:, 0, :] * m2
