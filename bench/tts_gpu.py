@@ -360,6 +360,39 @@ async def ramp(engine: KokoroEngine, levels: list[int], args: argparse.Namespace
             break
 
 
+def plot_ramp(path: Path, rows: list[dict[str, Any]], title: str) -> None:
+    """The ramp's curve: reply ratio p1 (x real time, the 1.2x rule) and first audio p99 against streams."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted(rows, key=lambda r: r["streams"])
+    xs = [r["streams"] for r in rows]
+    nan = float("nan")
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=120)
+    ax.plot(xs, [r["reply_ratio"]["p1"] or nan for r in rows], "o-", color="tab:blue", label="reply ratio p1")
+    ax.plot(xs, [r["stream_ratio"]["p1"] or nan for r in rows], "o--", color="tab:blue", alpha=0.45,
+            label="stream ratio p1")
+    ax.axhline(1.2, color="tab:red", linestyle=":", label="required 1.2x")
+    ok = [r["streams"] for r in rows if r["ok"]]
+    if ok:
+        ax.axvline(max(ok), color="tab:green", linestyle="--", label=f"largest passing: {max(ok)} streams")
+    ax.set_xlabel("concurrent streams")
+    ax.set_ylabel("x real time")
+    ax2 = ax.twinx()
+    ax2.plot(xs, [r["first_audio_ms"]["p99"] or nan for r in rows], "s-", color="tab:orange",
+             label="first audio p99 (ms)")
+    ax2.set_ylabel("first audio p99, ms")
+    lines = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    labels = ax.get_legend_handles_labels()[1] + ax2.get_legend_handles_labels()[1]
+    ax.legend(lines, labels, fontsize=8, loc="upper right")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 # ---------------------------------------------------------------------------------------------- main
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -486,6 +519,14 @@ def main() -> None:
     finally:
         engine.close()
         save()
+        if result.get("ramp"):
+            try:
+                png = out.with_suffix(".png")
+                plot_ramp(png, result["ramp"], f"Kokoro-82M on {result['environment'].get('gpu', 'cpu')}, "
+                                               f"{result['engine']['decoder_dtype']}, commit {git_commit()[:8]}")
+                print(f"wrote {png}", flush=True)
+            except ImportError:
+                print("no matplotlib: the ramp's PNG is not drawn", flush=True)
         print(f"wrote {out}; max streams with p1 reply ratio >= 1.2: {result.get('max_streams_ok')}; "
               f"{compiled_graphs()} compiled graphs in all; {time.perf_counter() - t0:.0f} s in all", flush=True)
 
