@@ -164,6 +164,11 @@ class LLMConfig:
     # detector waits, nothing when it does not; "pause" wasted every request (asr/parakeet/README.md).
     speculate: str = "final"
     speculate_stable_ms: float = 600.0
+    # A speculative reply is synthesized while its turn end is confirmed, and its audio (not its text) is held
+    # until then (agent/speculative_audio_gate.py), so the first audio goes out at the turn end instead of the
+    # first clause's synthesis time (Piper: ~0.27 s) after it; withdrawn, its synthesis is cancelled and its
+    # audio dropped. False: its text is held before the TTS (pipecat's SpeculationGate in the LLM stage).
+    speculate_tts: bool = True
 
 
 @dataclass

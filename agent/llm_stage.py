@@ -7,7 +7,8 @@ kept inside the model's window (``agent.context_window``) before every request; 
 ends in a tool call is not an empty answer (no retry); a forced tool choice applies to the
 caller's turn, not to the answer after the tool's result (forcing it again would loop). HTML character
 references some models write (``that&#39;s``) are decoded before the TTS and the context see them
-(``agent.text_unescape``).
+(``agent.text_unescape``). With ``hold_after_tts`` a speculative reply is not held here but marked and sent on
+to the TTS, and ``agent.speculative_audio_gate`` holds its audio (``agent.held_reply``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pipecat.frames.frames import (
     FunctionCallFromLLM,
     InterruptionFrame,
     LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
     LLMTextFrame,
     TTSSpeakFrame,
 )
@@ -33,6 +35,7 @@ from pipecat.services.openai.llm import OpenAILLMService
 
 from agent.config import LLMConfig
 from agent.context_window import ContextWindow
+from agent.held_reply import UnheldSpeculationGate, mark_held_reply
 from agent.text_unescape import StreamUnescaper
 
 UNREACHABLE = (APIConnectionError, APITimeoutError, httpx.TransportError, TimeoutError)
@@ -42,7 +45,9 @@ class CadenceLLMService(OpenAILLMService):
     """OpenAI-protocol LLM service with fast failure and a spoken apology."""
 
     def __init__(self, config: LLMConfig, base_url: str, model: str,
-                 http_client: httpx.AsyncClient | None = None, **kwargs):
+                 http_client: httpx.AsyncClient | None = None, *, hold_after_tts: bool = False, **kwargs):
+        """``hold_after_tts``: a ``SpeculativeAudioGate`` after the TTS holds speculative replies, so this stage
+        lets them through (marked); only for a pipeline that has one."""
         self._request_timeout_s = config.request_timeout_s
         self._apology = config.apology
         self._empty_reply = config.empty_reply
@@ -64,6 +69,9 @@ class CadenceLLMService(OpenAILLMService):
             ),
             **kwargs,
         )
+        self._hold_after_tts = hold_after_tts
+        if hold_after_tts:
+            self._speculation_gate = UnheldSpeculationGate(name=f"{self}::UnheldSpeculationGate")
 
     def create_client(self, api_key=None, base_url=None, organization=None, project=None,
                       default_headers=None, **kwargs) -> AsyncOpenAI:
@@ -92,6 +100,9 @@ class CadenceLLMService(OpenAILLMService):
                 await super().push_frame(LLMTextFrame(held), FrameDirection.DOWNSTREAM)
         elif isinstance(frame, InterruptionFrame):
             self._unescape.flush()  # the reply was cut off: what it held is not said
+        elif (isinstance(frame, LLMFullResponseStartFrame) and self._hold_after_tts
+              and self._speculation_gate.is_speculating):  # its turn is not confirmed yet
+            mark_held_reply(frame)
         await super().push_frame(frame, direction)
 
     def build_chat_completion_params(self, params_from_context: Any) -> dict:

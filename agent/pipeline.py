@@ -42,11 +42,13 @@ from agent.llm_stage import CadenceLLMService
 from agent.models import piper_voice
 from agent.segment_turn_stop import QuietSegmentedTurnAnalyzerStopStrategy
 from agent.shared_models import SharedSileroVADAnalyzer, SharedSmartTurnAnalyzerV3
+from agent.speculative_audio_gate import SpeculativeAudioGate
 from agent.speculative_turn import (
     SpeculationPolicy,
     SpeculationStats,
     SpeculativeSegmentedTurnAnalyzerStopStrategy,
     SpeculativeSpeechTimeoutStopStrategy,
+    SpeculativeStopMixin,
     SpeculativeTurnAnalyzerStopStrategy,
     parse_triggers,
 )
@@ -293,21 +295,24 @@ def build_worker(
     ``audio_out_sample_rate`` lets a transport take TTS audio at its own rate (8 kHz for phone
     lines), so audio is resampled once. A transport with ``has_own_barge_in`` (the phone line's
     clear-and-hold) gets no ``FastBargeIn`` stage on top. The bot's tools (``engines.bot``) are
-    registered on the LLM; ``[call]`` adds the greeting, idle prompts and the transcript.
+    registered on the LLM; ``[call]`` adds the greeting, idle prompts and the transcript. With speculation and
+    ``llm.speculate_tts`` a ``SpeculativeAudioGate`` after the TTS holds a speculative reply's audio.
     """
     config = engines.config
     fast_barge_in = config.vad.fast_barge_in and not getattr(transport, "has_own_barge_in", False)
+    strategies = make_turn_strategies(config, engines.speculation_stats)
+    # llm.speculate_tts: a speculative reply is synthesized during the turn end's wait, its audio held after the TTS
+    hold_audio = config.llm.speculate_tts and any(isinstance(s, SpeculativeStopMixin) for s in strategies.stop)
     stt = engines.make_stt()
-    llm = CadenceLLMService(config.llm, engines.llm_url_for_call(), engines.llm_model, http_client=engines.llm_http())
-    tts = CadenceTTSService(engines.tts_engine)
+    llm = CadenceLLMService(config.llm, engines.llm_url_for_call(), engines.llm_model, http_client=engines.llm_http(),
+                            hold_after_tts=hold_audio)
+    tts = CadenceTTSService(engines.tts_engine, withdraw_on_cancel=hold_audio)
     control = CallControl(session_id, config.call)
     control.llm = llm
     context = make_context(engines.bot, llm, control, config.call)
     aggregators = LLMContextAggregatorPair(
         context,
-        user_params=LLMUserAggregatorParams(
-            user_turn_strategies=make_turn_strategies(config, engines.speculation_stats),
-            user_idle_timeout=config.call.idle_after_s),
+        user_params=LLMUserAggregatorParams(user_turn_strategies=strategies, user_idle_timeout=config.call.idle_after_s),
     )
     user_aggregator = aggregators.user()
 
@@ -331,6 +336,7 @@ def build_worker(
             aggregators.user(),
             llm,
             tts,
+            *([SpeculativeAudioGate()] if hold_audio else []),
             transport.output(),
             aggregators.assistant(),
         ]

@@ -8,7 +8,8 @@ every frame of the reply, and the turn end either confirms it (``confirms_specul
 are released, no second request, the context gets the final transcript) or withdraws it
 (``EagerEndOfTurnCancelFrame``: the LLM stage cancels the request, which closes its HTTP stream, and the
 turn's own request follows). Nothing speculative reaches the caller or the context before the final
-confirms it.
+confirms it. With ``llm.speculate_tts`` (``agent.pipeline.build_worker``) the reply is held after the TTS instead,
+as audio (``agent.speculative_audio_gate``), so it is synthesized during the wait too.
 
 Triggers (``llm.speculate``, comma-separated):
 

@@ -34,6 +34,8 @@ from pipecat.frames.frames import (
 )
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 
+from agent.held_reply_filter import HeldReplyFilter
+
 _BACKGROUND: set[asyncio.Task] = set()  # webhook deliveries in flight (held so they are not collected)
 
 
@@ -58,6 +60,7 @@ class CallTranscript(BaseObserver):
         self._bot: dict[str, Any] | None = None
         self._bot_text: list[str] = []
         self._last_caller_end: float | None = None
+        self._held_reply = HeldReplyFilter()
         self._tools: dict[str, dict[str, Any]] = {}
         self.finished = False
         self.delivery: asyncio.Task | None = None
@@ -73,6 +76,10 @@ class CallTranscript(BaseObserver):
                 f.write(json.dumps(line, ensure_ascii=False) + "\n")
 
     async def on_push_frame(self, data: FramePushed) -> None:
+        for push in self._held_reply.feed(data):  # a withdrawn speculative reply was never said
+            self._observe(push)
+
+    def _observe(self, data: FramePushed) -> None:
         frame = data.frame
         if self._offset_ns is None:  # push timestamps count from the pipeline clock's start
             self._offset_ns = int(getattr(data.source.get_clock(), "_time", 0))

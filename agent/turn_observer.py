@@ -3,6 +3,8 @@
 Times are absolute ``time.monotonic()`` seconds taken from each frame's *push* timestamp
 (observers run from a queue, so reading the clock on arrival would add queueing delay).
 End of speech is the VAD stop minus the VAD's stop window, i.e. the caller's last voiced audio.
+A speculative reply whose audio was held (``llm.speculate_tts``) is seen as the caller got it
+(``agent.held_reply_filter``): not at all if it was withdrawn, else its frames at the release at the earliest.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from pipecat.frames.frames import (
 )
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.transports.base_output import BaseOutputTransport
+
+from agent.held_reply_filter import HeldReplyFilter
 
 
 @dataclass
@@ -134,6 +138,7 @@ class TurnObserver(BaseObserver):
         self._offset_ns: int | None = None
         self._current: TurnTiming | None = None
         self._last_tts_chunk: float | None = None
+        self._held_reply = HeldReplyFilter()
 
     def _abs(self, data: FramePushed) -> float:
         if self._offset_ns is None:
@@ -157,6 +162,10 @@ class TurnObserver(BaseObserver):
         self._current = None
 
     async def on_push_frame(self, data: FramePushed):
+        for push in self._held_reply.feed(data):
+            self._observe(push)
+
+    def _observe(self, data: FramePushed) -> None:
         frame = data.frame
         # User-side frames may open a turn; bot-side frames only fill the open one (late frames
         # of a finished reply must not open a turn that would swallow the caller's next one).

@@ -9,6 +9,12 @@ awaited on the event loop directly: no worker thread per caller, so hundreds of 
 queue behind ``asyncio.to_thread``'s pool. The stream is closed when ``run_tts`` ends or is
 cancelled (barge-in, a caller who hangs up), which withdraws its queued synthesis requests.
 Other engines' blocking ``synthesize`` runs piece by piece in a worker thread.
+
+With ``withdraw_on_cancel`` (a pipeline whose LLM stage sends speculative replies on unheld, for a gate after
+this stage to hold) an ``EagerEndOfTurnCancelFrame`` is an interruption of this stage alone: the withdrawn
+reply's synthesis is cancelled and its queued text and audio dropped, as on a barge-in, while the frame goes
+on to the gate. A withdrawal comes only while the caller's turn is open, when nothing else interruptible is
+being spoken (the turn's start interrupted it); uninterruptible speech is kept, as on a barge-in.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 
 from loguru import logger
-from pipecat.frames.frames import ErrorFrame, Frame
+from pipecat.frames.frames import EagerEndOfTurnCancelFrame, ErrorFrame, Frame, InterruptionFrame
+from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TTSService
 
@@ -32,7 +39,8 @@ _DONE = object()
 class CadenceTTSService(TTSService):
     """Streams engine audio into the pipeline; the first clause is spoken early."""
 
-    def __init__(self, engine: TTSEngine, *, clause_min_words: int = 2, **kwargs):
+    def __init__(self, engine: TTSEngine, *, clause_min_words: int = 2, withdraw_on_cancel: bool = False,
+                 **kwargs):
         super().__init__(
             push_start_frame=True,
             push_stop_frames=True,
@@ -42,9 +50,24 @@ class CadenceTTSService(TTSService):
         self._engine = engine
         self._text_aggregator = ClauseTextAggregator(min_words=clause_min_words)
         self._untrimmed_context: str | None = None  # a reply whose first audio is still to come
+        self._withdraw_on_cancel = withdraw_on_cancel
+        self.withdrawals = 0  # speculative replies whose synthesis a withdrawal cancelled (tests, diagnosis)
 
     def can_generate_metrics(self) -> bool:
         return True
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection):
+        if (self._withdraw_on_cancel and isinstance(frame, EagerEndOfTurnCancelFrame)
+                and direction == FrameDirection.DOWNSTREAM):
+            await self._drop_withdrawn_reply()
+        await super().process_frame(frame, direction)
+
+    async def _drop_withdrawn_reply(self) -> None:
+        """What an ``InterruptionFrame`` does here, without sending one on (the bot is not speaking)."""
+        self.withdrawals += 1
+        await self._start_interruption()  # cancels the synthesis under way, drops the queued text
+        await self.stop_all_metrics()
+        await self._handle_interruption(InterruptionFrame(), FrameDirection.DOWNSTREAM)  # open audio contexts
 
     async def _pieces(self, iterator: Iterator[bytes]) -> AsyncIterator[bytes]:
         def step() -> object:

@@ -8,7 +8,9 @@ before it, so stragglers of an earlier reply can never be read as this turn's an
 - ``turn_end``: end of speech -> ``UserStoppedSpeakingFrame`` (the turn detector's decision; a turn it
   judged unfinished waits here for its silence fallback);
 - ``llm_first_token``: the transcript the LLM answers -> its first text token (a speculative reply's
-  first token is held until the turn ends, so this includes the turn detector's wait);
+  first token is held until the turn ends, so this includes the turn detector's wait; with
+  ``llm.speculate_tts`` its whole reply, TTS audio included, counts from its release at the earliest:
+  ``agent.held_reply_filter``, and a withdrawn one is not seen);
 - ``tts_first_audio``: first clause handed to TTS (``TTSStartedFrame``) -> first TTS audio;
 - ``first_audio``: end of speech -> ``BotStartedSpeakingFrame``.
 
@@ -40,6 +42,7 @@ from pipecat.metrics.metrics import TurnMetricsData
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.transports.base_output import BaseOutputTransport
 
+from agent.held_reply_filter import HeldReplyFilter
 from agent.metrics.delivery import PlayoutTracker
 from agent.metrics.stages import StageMetrics
 
@@ -59,6 +62,7 @@ class MetricsObserver(BaseObserver):
         self._produced = PlayoutTracker()  # TTS pieces of the current reply
         self._delivered = PlayoutTracker()  # chunks the output transport wrote
         self._last_piece: float | None = None
+        self._held_reply = HeldReplyFilter()
         self._new_turn()
 
     def _new_turn(self) -> None:
@@ -90,6 +94,10 @@ class MetricsObserver(BaseObserver):
             self._m.record(name, (end - start) * 1000.0)
 
     async def on_push_frame(self, data: FramePushed):
+        for push in self._held_reply.feed(data):
+            self._observe(push)
+
+    def _observe(self, data: FramePushed) -> None:
         frame = data.frame
         if isinstance(frame, TTSAudioRawFrame):
             at = self._abs(data)
