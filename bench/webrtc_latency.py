@@ -31,6 +31,7 @@ import asyncio
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -238,6 +239,8 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     if args.clips:
         clips = clips[: args.clips]
     log_dir = Path(args.log_dir) if args.log_dir else None
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
 
     def llm_server(name: str) -> Any:
         server = embedded_llama_server(config.llm.threads, config.llm.context_size, nice=config.llm.nice,
@@ -316,6 +319,9 @@ def report(out: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
+    # SIGTERM unwinds like Ctrl-C: the ExitStack stops cadence serve, the stock server and the llama.cpp servers
+    # (killed without it, the two servers outlived the benchmark)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--clips", type=int, default=0, help="only the first N clips (0: all)")
