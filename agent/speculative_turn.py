@@ -21,6 +21,14 @@ Triggers (``llm.speculate``, comma-separated):
 
 Withdrawn when the caller goes on (a VAD start, or a newer partial or final whose text the speculation
 does not match) or when the turn's final text differs (normalized: case, punctuation, spacing).
+
+A speculative request that wants a tool call is withdrawn by the LLM service itself (pipecat's
+``LLMService.run_function_calls``: a tool's side effects cannot be held back, so it broadcasts an
+``EagerEndOfTurnCancelFrame`` instead of running it). Its upstream copy reaches the stop strategy through the user
+aggregator; the speculation is then forgotten (and its text not speculated on again this turn), so the turn end
+makes the turn's own request, which runs the tool. A withdrawal that comes back only after the turn end confirmed
+the speculation (the two crossed) leaves the turn unanswered; it then asks the aggregator for that request
+(``LLMRunFrame``: the context already holds the turn).
 """
 
 from __future__ import annotations
@@ -29,8 +37,10 @@ from dataclasses import dataclass, field
 
 from loguru import logger
 from pipecat.frames.frames import (
+    EagerEndOfTurnCancelFrame,
     Frame,
     InterimTranscriptionFrame,
+    LLMRunFrame,
     TranscriptionFrame,
     VADUserStartedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
@@ -67,7 +77,8 @@ class SpeculationStats:
 
     started: dict[str, int] = field(default_factory=dict)  # by trigger
     confirmed: int = 0  # turn ended with the speculated text: its reply was used
-    # by reason: resumed (VAD start), newer_partial, final_differs, unresolved (turn ended otherwise)
+    # by reason: resumed (VAD start), newer_partial, final_differs, unresolved (turn ended otherwise), tool_call (the
+    # LLM service withdrew it: the reply wants a tool, which runs on the confirmed turn)
     withdrawn: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -104,6 +115,8 @@ class SpeculativeStopMixin:
         self._paused = False  # the VAD's last word was a stop
         self._turn_open = False
         self._speculation: UserTurnSpeculation | None = None
+        self._confirmed: UserTurnSpeculation | None = None  # confirmed by this turn's end, until the next turn
+        self._tool_text: str | None = None  # this turn's text whose speculative reply wants a tool call
 
     # ------------------------------------------------------------------ turn text
     def _turn_text(self, partial: str = "") -> str:
@@ -123,6 +136,8 @@ class SpeculativeStopMixin:
                 await self._speculate(self._turn_text(self._partial), "pause")
         elif isinstance(frame, InterimTranscriptionFrame):
             await self._on_interim(frame)
+        elif isinstance(frame, EagerEndOfTurnCancelFrame):
+            await self._withdrawn_by_llm()
         elif isinstance(frame, TranscriptionFrame) and frame.text.strip():
             # Before the wrapped strategy sees it: it may end the turn on this very frame.
             self._finals.append(TextPartForConcatenation(frame.text,
@@ -162,10 +177,30 @@ class SpeculativeStopMixin:
     def _matches(self, text: str) -> bool:
         return self._speculation is not None and self._policy.match.matches(self._speculation.text, text)
 
+    async def _withdrawn_by_llm(self) -> None:
+        """An ``EagerEndOfTurnCancelFrame`` from downstream: the LLM service withdrew the speculative request
+        (it wants a tool call). Our own withdrawals go out from the aggregator and never come back here."""
+        if self._speculation is not None:
+            self._tool_text = self._speculation.text
+            # Withdrawn again from here: if this withdrawal was for an earlier request that crossed ours, the
+            # newer one still in flight must not be released at the turn end next to the turn's own request.
+            await self._withdraw("tool_call")
+        elif self._confirmed is not None and not self._turn_open:
+            # It crossed the turn end that confirmed it: the LLM had withdrawn the reply before it saw that end,
+            # and the aggregator wrote the turn without a request. Request it now.
+            self._confirmed = None
+            stats = self.speculation_stats
+            stats.confirmed -= 1
+            stats.withdrawn["tool_call"] = stats.withdrawn.get("tool_call", 0) + 1
+            logger.debug(f"{self}: confirmed speculative reply was withdrawn for a tool call: requesting the turn")
+            await self.push_frame(LLMRunFrame())
+
     # ------------------------------------------------------------------ speculation in and out
     async def _speculate(self, text: str, trigger: str) -> None:
         if not text or not self._turn_open:
             return
+        if self._tool_text is not None and self._policy.match.matches(self._tool_text, text):
+            return  # it would want the tool call again: the turn end's request runs it
         if self._speculation is not None:
             if self._matches(text):
                 return  # already answering this text
@@ -188,7 +223,7 @@ class SpeculativeStopMixin:
     async def trigger_user_turn_stopped(self, *, enable_user_speaking_frames: bool | None = None):
         """The wrapped strategy ends the turn: keep the speculative reply only if the final text matches."""
         if self._speculation is not None and self._matches(self._turn_text()):
-            self._speculation = None
+            self._confirmed, self._speculation = self._speculation, None
             self.speculation_stats.confirmed += 1
             logger.debug(f"{self}: speculative reply confirmed by the final transcript")
             await self.trigger_user_turn_finalized(enable_user_speaking_frames=enable_user_speaking_frames,
@@ -199,6 +234,7 @@ class SpeculativeStopMixin:
 
     async def handle_user_turn_started(self):
         self._finals, self._partial, self._partial_since = [], "", None
+        self._confirmed, self._tool_text = None, None
         await self._withdraw("unresolved")
         self._turn_open = True
         await super().handle_user_turn_started()
