@@ -65,6 +65,9 @@ async def test_a_client_gone_mid_upload_leaves_no_file(server, tmp_path):
     assert server.inflight.total == 0
 
 
+# aiohttp warns about the undecodable filename* below with the raw bytes in the message (lone surrogates), which
+# an xdist worker cannot send to the controller (execnet encodes UTF-8): the worker died on it.
+@pytest.mark.filterwarnings("ignore::aiohttp.multipart.BadContentDispositionParam")
 @given(body=st.one_of(st.binary(max_size=3000), st.sampled_from([
     b"--x\r\n", b"--x\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\nabc",
     b"--x\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\nContent-Type: x\r\n\r\n\0\0--x--\r\n",
