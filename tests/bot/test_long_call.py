@@ -24,11 +24,14 @@ pytestmark = pytest.mark.slow
 MINUTES = 20
 
 
-# ~100 requests: under a minute on two quiet cores; far longer when other work shares them.
+# ~100 requests: about 70 s with one llama.cpp thread. One thread, not two: the suite runs it beside other tests
+# (scripts/test.sh, two workers), and two threads stall at every barrier whenever one of them loses its core
+# (seen alone on a noisy box: 148 s with a 25 s turn, against 40 s quiet; one thread: 67 s, steady). The thread
+# count is no part of what is checked here: the window, the trims and the cache.
 @pytest.mark.timeout(1200)
 def test_a_long_call_stays_inside_the_window_and_trims_from_the_cache(tmp_path):
     log = tmp_path / "llm.log"
-    with embedded_llama_server(threads=2, context_size=2048, api_key="k-long", log_path=log) as server:
+    with embedded_llama_server(threads=1, context_size=2048, api_key="k-long", log_path=log) as server:
         report = asyncio.run(run_long_call(server.base_url, server.model_id, minutes=MINUTES, max_tokens=8,
                                            context_size=2048, api_key="k-long"))
     reused = log.read_text(errors="replace").count("cache reuse: moved")
