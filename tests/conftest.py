@@ -27,6 +27,7 @@ REALTIME = (
     "tests/test_webrtc_e2e.py", "tests/test_browser_page.py",  # the session's loopback-ICE server
     "tests/test_quiet_turn_end.py", "tests/test_finished_sentence_turn.py", "tests/test_finished_text_streaming.py",
     "tests/test_talk_words.py", "tests/test_talk_cli.py", "tests/test_llm_unreachable.py",
+    "tests/test_speculative_tts_call.py", "tests/test_speculative_tool_call.py",  # real-time calls; a turn-stop timeout
     "tests/ops/test_gate_load_e2e.py", "tests/ops/test_budget_breach_e2e.py", "tests/ops/test_max_duration_goodbye.py",
     "tests/reliability/test_goodbye.py", "tests/reliability/test_phone_frames.py", "tests/reliability/test_slots.py",
     "tests/reliability/test_engine_process_serve.py", "tests/reliability/test_children.py",
