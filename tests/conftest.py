@@ -98,21 +98,29 @@ def _stay_in_the_background() -> None:
     with contextlib.suppress(OSError):
         os.nice(19)
 
-    def group(pid: int | str) -> list[str]:  # e.g. ["/autogroup-5", "nice", "0"]
+    def group(pid: int | str) -> tuple[str, str] | None:
+        """(name, nice) of a process's autogroup, from e.g. "/autogroup-5 nice 0"; None where the kernel gives none."""
         with open(f"/proc/{pid}/autogroup") as f:
-            return f.read().split()
+            fields = f.read().split()
+        return (fields[0], fields[2]) if len(fields) == 3 and fields[1] == "nice" else None
 
     try:
-        own = group("self")[0]
+        mine = group("self")
     except OSError:
-        return  # no autogroups here: the nice value above is enough
+        mine = None
+    if mine is None:
+        return  # no autogroups here (a container may show an empty file): the nice value above is enough
+    own = mine[0]
 
     def watch() -> None:
         me = psutil.Process()
         while True:
             for child in me.children(recursive=True):
                 with contextlib.suppress(OSError, psutil.Error):
-                    name, _, nice = group(child.pid)
+                    theirs = group(child.pid)
+                    if theirs is None:
+                        continue
+                    name, nice = theirs
                     if name != own and nice != "19":
                         with open(f"/proc/{child.pid}/autogroup", "w") as f:
                             f.write("19")
