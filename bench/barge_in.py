@@ -1,7 +1,8 @@
 """Barge-in over the phone path, measured by the caller: speech onset -> silence at the caller.
 
-A Twilio-style caller (``transports.phone.loopback_caller``) places one call to ``cadence serve``
-(the embedded default models unless ``--set`` says otherwise), then, per trial, asks a question
+A Twilio-style caller (``transports.phone.loopback_caller``) calls ``cadence serve`` (the embedded
+default models unless ``--set`` says otherwise; a fresh call per trial unless ``--turns-per-call``
+says more), then, per trial, asks a question
 (an Asterisk prompt, real 8 kHz telephone speech, in real time), waits for the spoken answer and
 speaks over it after a random 0.3-1.2 s. Everything is timed on the caller's clock:
 
@@ -79,25 +80,39 @@ def summary(values: list[float]) -> dict[str, Any]:
             "max": max(values), "min": min(values)}
 
 
-async def run_call(url: str, trials: int, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+async def run_call(url: str, trials: int, seed: int, turns_per_call: int = 1,
+                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``trials`` barge-ins over calls of ``turns_per_call`` trials each; the rows and the calls' merged record.
+
+    A fresh call per trial (the default) gives each question the model's answer to it alone: in one long call
+    the embedded 135M model soon echoes the caller's short prompts, so most answers end before the caller
+    speaks over them and the trial cannot count (13 of 40 at 388959e)."""
     rng = random.Random(seed)
-    caller = await LoopbackCaller(url.replace("http://", "ws://") + "/phone/ws").connect()
-    try:
-        await asyncio.sleep(0.5)
-        warm = await caller.say(pcm8k("vm-goodbye"))  # first turn: lazy loads and caches, not counted
-        await caller.wait_reply(warm.last, timeout_s=30)
-        await asyncio.sleep(0.5)
-        rows = []
-        for i in range(trials):
-            row = await trial(caller, QUESTIONS[i % len(QUESTIONS)], INTERRUPTIONS[i % len(INTERRUPTIONS)],
-                              rng.uniform(*DELAY_S))
-            rows.append(row)
-            print(f"  trial {i + 1:3d}: {row}", flush=True)
-        async with _http() as http, http.get(f"{url}/phone/calls/{caller.stream_sid}") as r:
-            record = await r.json()
-    finally:
-        await caller.hang_up()
-    return rows, record
+    rows: list[dict[str, Any]] = []
+    merged: dict[str, Any] = {"stats": {"barge_in_clear_ms": [], "barge_in_resumed": 0}, "calls": 0}
+    ws = url.replace("http://", "ws://") + "/phone/ws"
+    while len(rows) < trials:
+        caller = await LoopbackCaller(ws).connect()
+        try:
+            await asyncio.sleep(0.5)
+            if not merged["calls"]:
+                warm = await caller.say(pcm8k("vm-goodbye"))  # first turn: lazy loads and caches, not counted
+                await caller.wait_reply(warm.last, timeout_s=30)
+                await asyncio.sleep(0.5)
+            for _ in range(min(turns_per_call, trials - len(rows))):
+                i = len(rows)
+                row = await trial(caller, QUESTIONS[i % len(QUESTIONS)], INTERRUPTIONS[i % len(INTERRUPTIONS)],
+                                  rng.uniform(*DELAY_S))
+                rows.append({**row, "call": merged["calls"]})
+                print(f"  trial {i + 1:3d}: {row}", flush=True)
+            async with _http() as http, http.get(f"{url}/phone/calls/{caller.stream_sid}") as r:
+                stats = (await r.json()).get("stats", {})
+        finally:
+            await caller.hang_up()
+        merged["calls"] += 1
+        merged["stats"]["barge_in_clear_ms"] += stats.get("barge_in_clear_ms") or []
+        merged["stats"]["barge_in_resumed"] += stats.get("barge_in_resumed") or 0
+    return rows, merged
 
 
 @contextlib.asynccontextmanager
@@ -129,14 +144,14 @@ def phone_options(raw: str) -> dict[str, Any]:
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     load_before, started = loadavg(), time.time()
     if args.url:
-        rows, record = await run_call(args.url, args.trials, args.seed)
+        rows, record = await run_call(args.url, args.trials, args.seed, args.turns_per_call)
     else:
         from testkit.servers import cadence_serve
 
         if args.phone_options:
             os.environ["CADENCE_PHONE_OPTIONS"] = args.phone_options
         with cadence_serve(*args.set) as server:
-            rows, record = await run_call(server["url"], args.trials, args.seed)
+            rows, record = await run_call(server["url"], args.trials, args.seed, args.turns_per_call)
     counted = [r for r in rows if r["counted"]]
     stats = record.get("stats", {})
     return {
@@ -149,6 +164,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "phone_options": None if args.url else phone_options(args.phone_options), "cores": len(os.sched_getaffinity(0)),
             "machine": platform.machine(), "python": platform.python_version(),
             "loadavg_before": load_before, "loadavg_after": loadavg(), "seed": args.seed,
+            "turns_per_call": args.turns_per_call, "calls": record.get("calls"),
             "delay_s": DELAY_S, "clock": "the caller's (time.monotonic in the client process)",
             "silence": "last voiced bot audio played by the caller's playout-buffer model (clear drops the rest)",
             "percentiles": "nearest rank",
@@ -181,10 +197,12 @@ if __name__ == "__main__":
     parser.add_argument("--set", action="append", default=[], help="config override for the started server")
     parser.add_argument("--phone-options", default="", help='JSON for $CADENCE_PHONE_OPTIONS, e.g. \'{"barge_in_start_ms": 0}\'')
     parser.add_argument("--seed", type=int, default=0, help="for the barge-in delays")
+    parser.add_argument("--turns-per-call", type=int, default=1,
+                        help="trials per phone call (1: a fresh call each; 40: one long call, as before 2026-12-04)")
     parser.add_argument("--out", default=str(ROOT / "bench/results/barge_in_cpu.json"))
     args = parser.parse_args()
-    if args.trials < 1:
-        parser.error("--trials must be >= 1")
+    if args.trials < 1 or args.turns_per_call < 1:
+        parser.error("--trials and --turns-per-call must be >= 1")
     result = asyncio.run(main(args))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
