@@ -16,8 +16,9 @@
 #  5. `cadence capacity --transport phone`: synthetic phone callers over /phone/ws on loopback, real
 #     recorded prompts, 20 ms mu-law both ways in real time, every level of LEVELS -> capacity.json
 #     (written after every level), capacity.png, cadence-capacity.toml.
-# $OUT gets at most 7 files: capacity.json, capacity.png, cadence-capacity.toml, llm_alone.json,
-# summary.txt, logs.tar.gz (every log), and nvidia-smi.csv.
+# $OUT gets at most 8 files: capacity.json, capacity.png, cadence-capacity.toml, llm_alone.json,
+# summary.txt, logs.tar.gz (every log), nvidia-smi.csv and compile_cache.tar (bench/compile_cache.sh: carry
+# ".compile_cache" in the next call to skip the compiles this one did).
 # Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS
 # ENGINE_PROCESS ASR_ENGINE_PROCESS TTS_ENGINES KOKORO_COMPILE KOKORO_DTYPE CALIBRATE MPS STT_TEST KOKORO_TEST LLM_REPLICAS
 # LLM_SERVER LLAMA_ARGS.
@@ -106,6 +107,7 @@ finish() {
   [ -n "${TOP_PID:-}" ] && pkill -P "$TOP_PID" 2>/dev/null
   [ -f "$LOGS/nvidia-smi.csv" ] && cp "$LOGS/nvidia-smi.csv" "$OUT/"
   tar -czf "$OUT/logs.tar.gz" -C /tmp cascade-logs 2>/dev/null
+  type compile_cache_back > /dev/null 2>&1 && say "$(compile_cache_back "$OUT")"
   say "done; files: $(ls "$OUT" | tr '\n' ' ')"
 }
 trap finish EXIT
@@ -118,6 +120,8 @@ fi
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export CADENCE_COMMIT="$(head -1 .cascade/COMMIT 2>/dev/null || echo unknown)"
 say "commit $CADENCE_COMMIT; wheels installed"
+# shellcheck source=bench/compile_cache.sh
+source bench/compile_cache.sh && say "$(compile_cache_on)"
 "$PY" - <<'P' 2>&1 | tee "$LOGS/env.txt" | tee -a "$OUT/summary.txt"
 import importlib, torch, transformers
 gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"

@@ -42,4 +42,5 @@ if [[ " $STEPS " == *" server "* ]]; then
   say "server rc=$?"
   tail -25 "$OUT/server.log" | tee -a "$OUT/summary.txt"
 fi
+say "$(compile_cache_back "$OUT")"
 say "done"

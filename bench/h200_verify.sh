@@ -23,6 +23,8 @@ if compgen -G ".whl/*.whl" > /dev/null; then
     > "$OUT/pip.log" 2>&1 && export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/cadence-inductor}  # shared by the steps
+# shellcheck source=bench/compile_cache.sh
+source bench/compile_cache.sh && compile_cache_on  # carried .compile_cache/: earlier calls' compiles
 CALLERS=${CALLERS:-1,64,256,512,576,640,704,768,1024}
 STEPS=${STEPS:-pytest_gpu reference streaming offline decoder}  # a subset re-runs only those
 status=0
@@ -53,4 +55,5 @@ step offline 130 "$PY" bench/offline_rtfx.py --configs "30:1,128" --out "$OUT"
 [ -f "$OUT/offline.log" ] && grep -A 3 "config   ours" "$OUT/offline.log"
 step decoder 75 "$PY" bench/decoder_bench.py --batches 1,16,128 --out "$OUT"
 [ -f "$OUT/decoder.log" ] && tail -n 5 "$OUT/decoder.log"
+compile_cache_back "$OUT"
 exit $status

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from asr import compile_cache
 from asr.offline.parakeet_engine import offline_words
 from asr.offline.plan import PlanOptions, plan_options
 from asr.offline.results import Word
@@ -133,6 +134,7 @@ class FastParakeetWindowEngine:
             b = p.batch if full else 1
             self.transcriber.transcribe([(torch.zeros(b, p.samples), np.full(b, p.samples))])
             log.info("parakeet fast: profile %s ready in %.1f s", p.spec(), time.perf_counter() - t0)
+        compile_cache.save("parakeet-fast")
 
     def transcribe_windows(self, windows: list[np.ndarray], language: str | None) -> list[list[Word]]:
         if not windows:

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from asr import compile_cache
 from tts.kokoro import config as kconfig
 from tts.kokoro.batcher import Request, SynthesisBatcher
 from tts.kokoro.checkpoint import (
@@ -224,6 +225,8 @@ class KokoroEngine:
             report.reserved_bytes = int(torch.cuda.memory_reserved(self.device))
         self.memory = report
         log.info("kokoro warm-up: %s", report.as_dict())
+        if self.model.compiled:
+            compile_cache.save("kokoro")
         return report
 
     def close(self) -> None:

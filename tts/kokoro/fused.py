@@ -25,6 +25,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from asr import compile_cache
+
 log = logging.getLogger(__name__)
 
 
@@ -104,6 +106,7 @@ class Kernels:
         self.mode = mode
         self._fns: dict[str, Callable[..., Any]] = dict(EAGER)
         if compiled:
+            compile_cache.restore()
             _configure_dynamo()
             for name, fn in EAGER.items():
                 self._fns[name] = _guarded(name, torch.compile(fn, dynamic=True, mode=mode), fn)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
+from asr import compile_cache
 from asr.parakeet.encoders.base import EncoderBackend, EncoderOutput, subsampled_lengths
 from asr.parakeet.encoders.eager import run_encoder
 from asr.parakeet.encoders.shape_profiles import ShapeProfile, as_profiles, select_profile
@@ -42,6 +43,7 @@ class CompiledEncoder(EncoderBackend):
         self.max_batch = max(p.batch for p in self.profiles)
         limit = len(self.profiles) + 4
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, limit)
+        compile_cache.restore()
         self._compiled = torch.compile(self._forward, dynamic=False, backend=compile_backend, mode=mode)
         self.calls: dict[ShapeProfile | None, int] = {}  # per profile; None = eager fallback
 
@@ -78,3 +80,4 @@ class CompiledEncoder(EncoderBackend):
         mels = self.model.config.encoder_config.num_mel_bins
         for p in self.profiles:
             self.encode(torch.zeros(p.batch, p.frames, mels), torch.full((p.batch,), p.frames))
+        compile_cache.save("encoder-compiled")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from asr import compile_cache
 from asr.parakeet.encoders.base import EncoderBackend, EncoderOutput, subsampled_lengths
 from asr.parakeet.encoders.fast_conformer import FastConformer, encoder_frames
 from asr.parakeet.encoders.shape_profiles import DEFAULT_PROFILES, ShapeProfile, as_profiles, plan_batches
@@ -178,3 +179,4 @@ class GraphedEncoder(EncoderBackend):
                     self._capture_audio(profile)
                 else:
                     self._capture(profile)
+            compile_cache.save("encoder-graphs")

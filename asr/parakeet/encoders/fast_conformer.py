@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from asr import compile_cache
 from asr.parakeet.encoders.subsampling import ChannelsLastSubsampling
 
 
@@ -269,6 +270,7 @@ class FastConformer(nn.Module):
         ):
             if hasattr(dynamo_config, name):
                 setattr(dynamo_config, name, max(getattr(dynamo_config, name), 256))
+        compile_cache.restore()
         self.layer_fn = torch.compile(conformer_layer, **kwargs)
         self.subsample_fn = torch.compile(self._subsample, **kwargs)
         return self
