@@ -193,6 +193,11 @@ class TurnObserver(BaseObserver):
 
     def _bot_side(self, turn: TurnTiming, data: FramePushed) -> None:
         frame = data.frame
+        if turn.llm_start is None and not isinstance(frame, LLMFullResponseStartFrame):
+            # Before its own reply starts, a turn takes nothing of the bot's: what comes now is the tail of the
+            # previous turn's reply (tokens the caller's new words cut, its last audio, its end), which would
+            # time this turn's first token before its transcript.
+            return
         if isinstance(frame, TTSAudioRawFrame):
             if isinstance(data.source, BaseOutputTransport):
                 return  # the output transport re-pushes what it wrote: count each chunk once

@@ -74,3 +74,49 @@ def test_a_segment_with_no_words_times_the_transcript_of_its_turn():
     assert all(v >= 0 for v in turn.stages_ms().values()), turn.stages_ms()
     turn.add_transcript("", 12.0)  # after the request: times nothing, and no words were late
     assert turn.transcript == 11.0 and turn.late_transcripts == 0
+
+
+def test_the_cut_reply_of_the_previous_turn_does_not_time_the_next_one():
+    """CI at a52a750: a joined clip's first sentence got a reply whose first tokens reached the TTS just after the
+    caller went on; the new turn took them as its own first token, 1.49 s before its transcript (a negative
+    stage). A turn takes bot frames only after its own reply starts."""
+    from types import SimpleNamespace
+
+    from pipecat.frames.frames import (
+        BotStoppedSpeakingFrame,
+        LLMFullResponseEndFrame,
+        LLMFullResponseStartFrame,
+        LLMTextFrame,
+        TranscriptionFrame,
+        TTSAudioRawFrame,
+        UserStartedSpeakingFrame,
+        UserStoppedSpeakingFrame,
+    )
+    from pipecat.observers.base_observer import FramePushed
+    from pipecat.processors.frame_processor import FrameDirection
+
+    from agent.turn_observer import TurnObserver
+
+    source = SimpleNamespace(get_clock=lambda: SimpleNamespace(_time=0))
+    observer = TurnObserver()
+
+    def push(frame, at: float) -> None:
+        observer._observe(FramePushed(source, source, frame, FrameDirection.DOWNSTREAM, int(at * 1e9)))
+
+    push(UserStartedSpeakingFrame(), 1.0)
+    push(TranscriptionFrame("No more messages.", "caller", "t"), 2.0)
+    push(UserStoppedSpeakingFrame(), 2.2)
+    push(LLMFullResponseStartFrame(), 2.2)
+    push(UserStartedSpeakingFrame(), 2.8)  # the caller goes on before the reply's first token
+    for frame in (LLMTextFrame("I"), TTSAudioRawFrame(b"\0\0" * 160, 16000, 1), LLMFullResponseEndFrame(),
+                  BotStoppedSpeakingFrame()):
+        push(frame, 2.81)  # the cut reply's tail, after the new turn opened
+    push(TranscriptionFrame("Thank you for your patience.", "caller", "t"), 4.3)
+    push(UserStoppedSpeakingFrame(), 4.5)
+    push(LLMFullResponseStartFrame(), 4.5)
+    push(LLMTextFrame("Sure."), 4.9)
+    second = observer.turns[1]
+    assert second.transcript_text == "Thank you for your patience."
+    assert second.llm_first_token == 4.9 and second.reply_text == "Sure." and second.tts_first_audio is None
+    assert not second.llm_done and second.llm_requests == 1
+    assert all(v >= 0 for v in second.stages_ms().values()), second.stages_ms()
