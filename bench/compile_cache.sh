@@ -1,14 +1,18 @@
 # Sourced by the H200 scripts: torch.compile's caches carried between device calls (asr/compile_cache.py).
 #
 # On the device: `compile_cache_on` points $CADENCE_COMPILE_CACHE at the carried .compile_cache/ (every
-# compiling process loads its files and adds what it built), `compile_cache_back` packs the folder into
+# compiling process loads its files and adds what it built; `compile_cache_status` says what was carried),
+# `compile_cache_back` packs the folder into
 # $OUT/compile_cache.tar when it is under the 16 MiB a returned file may have.
 # Here, after a call that returned one:  bash bench/compile_cache.sh FILES_AT/compile_cache.tar
 # replaces .compile_cache/ with it; the next call carries ".compile_cache" (ignored by git).
 
-compile_cache_on() {
+compile_cache_on() {  # call it directly, not in $(...): the export must reach this shell
   export CADENCE_COMPILE_CACHE="$PWD/.compile_cache"
   mkdir -p "$CADENCE_COMPILE_CACHE"
+}
+
+compile_cache_status() {
   echo "compile cache: $(find "$CADENCE_COMPILE_CACHE" -name '*.bin' | wc -l) file(s)," \
     "$(du -sm "$CADENCE_COMPILE_CACHE" | cut -f1) MB carried"
 }

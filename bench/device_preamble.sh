@@ -9,7 +9,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 export TORCHINDUCTOR_CACHE_DIR=/tmp/cadence-inductor
 # shellcheck source=bench/compile_cache.sh
-source bench/compile_cache.sh && say "$(compile_cache_on)"
+source bench/compile_cache.sh && compile_cache_on && say "$(compile_cache_status)"
 # the device's copy of the tree may carry an older .git: the commit is the one bench/wheels_cascade.sh wrote
 CADENCE_COMMIT="$(head -1 .cascade/COMMIT 2>/dev/null || echo unknown)"
 export CADENCE_COMMIT

@@ -121,7 +121,7 @@ export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export CADENCE_COMMIT="$(head -1 .cascade/COMMIT 2>/dev/null || echo unknown)"
 say "commit $CADENCE_COMMIT; wheels installed"
 # shellcheck source=bench/compile_cache.sh
-source bench/compile_cache.sh && say "$(compile_cache_on)"
+source bench/compile_cache.sh && compile_cache_on && say "$(compile_cache_status)"
 "$PY" - <<'P' 2>&1 | tee "$LOGS/env.txt" | tee -a "$OUT/summary.txt"
 import importlib, torch, transformers
 gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"

@@ -24,7 +24,7 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/cadence-inductor}  # shared by the steps
 # shellcheck source=bench/compile_cache.sh
-source bench/compile_cache.sh && compile_cache_on  # carried .compile_cache/: earlier calls' compiles
+source bench/compile_cache.sh && compile_cache_on && compile_cache_status  # carried: earlier calls' compiles
 CALLERS=${CALLERS:-1,64,256,512,576,640,704,768,1024}
 STEPS=${STEPS:-pytest_gpu reference streaming offline decoder}  # a subset re-runs only those
 status=0
