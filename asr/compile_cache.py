@@ -69,9 +69,10 @@ def save(role: str) -> Path | None:
         return None
     data, info = artifacts
     keys = sorted(f"{kind}:{key}" for kind, names in info.artifacts.items() for key in names)
+    mine = set(keys)
     where.mkdir(parents=True, exist_ok=True)
     held = _held_keys(where)
-    if any(set(keys) <= other for other in held.values()):
+    if any(mine <= other for other in held.values()):
         return None
     stem = f"{role}-{hashlib.sha1(chr(10).join(keys).encode()).hexdigest()[:12]}"
     path = where / f"{stem}{SUFFIX}"
@@ -80,7 +81,7 @@ def save(role: str) -> Path | None:
     tmp.replace(path)  # a reader never sees half a file
     (where / f"{stem}{KEYS}").write_text(json.dumps(keys))
     for other, other_keys in held.items():  # files this one covers
-        if other_keys <= set(keys):
+        if other_keys <= mine:
             for stale in (where / f"{other}{SUFFIX}", where / f"{other}{KEYS}"):
                 stale.unlink(missing_ok=True)
     log.info("compile cache: %s (%.1f MB, %d artifacts)", path, path.stat().st_size / 1e6, len(keys))

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from asr import compile_cache
 from asr.parakeet.decoding.graph_decoder import GraphDecoder
 from asr.parakeet.decoding.label_looping import DecodedSeq, LabelLoopingDecoder
 from asr.parakeet.encoders.fast_conformer import FastConformer
@@ -76,7 +75,6 @@ class GpuTranscriber:
         for profile, _, _ in plan_batches(self.profiles, batch, frames):
             self.frontend.build(profile)
             self.decoder_for(profile)
-        compile_cache.save("parakeet-fast")
 
     def _pieces(self, batches: Iterable[tuple[torch.Tensor, np.ndarray]]) -> Iterator[_Piece]:
         for audio, sample_lengths in batches:
