@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# One H200 call that re-measures issue 7 at one commit: every tests/gpu test, the fast path against the
+# The H200 figures of the README at one commit: every tests/gpu test, the fast path against the
 # fp32 reference on a model with trained-like margins (step "reference"), the streaming sweep
 # through the real StreamBatcher (1 to 1024 callers), offline RTFx against transformers' generate
-# (30 s clips at batch 1 and 128) and the decoder modes (batch 1/16/128). Each step has its own time
+# (30 s clips at batch 1 and 128), the decoder modes (batch 1/16/128), the transcription server over
+# HTTP (step "server") and Kokoro alone (step "tts"); the whole cascade is bench/h200_cascade.sh. Each step has its own time
 # limit so one slow step cannot eat the others (all steps together exceed one 10-minute device call:
 # run them as subsets, e.g. STEPS=reference), and every log lands in $OUT.
 #
@@ -26,7 +27,7 @@ export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/cadence-inductor}
 # shellcheck source=bench/compile_cache.sh
 source bench/compile_cache.sh && compile_cache_on && compile_cache_status  # carried: earlier calls' compiles
 CALLERS=${CALLERS:-1,64,256,512,576,640,704,768,1024}
-STEPS=${STEPS:-pytest_gpu reference streaming offline decoder}  # a subset re-runs only those
+STEPS=${STEPS:-pytest_gpu reference streaming offline decoder server tts}  # a subset re-runs only those
 status=0
 
 step() {  # step NAME SECONDS CMD...: run with a limit, log to $OUT/NAME.log, remember a failure
@@ -55,5 +56,12 @@ step offline 130 "$PY" bench/offline_rtfx.py --configs "30:1,128" --out "$OUT"
 [ -f "$OUT/offline.log" ] && grep -A 3 "config   ours" "$OUT/offline.log"
 step decoder 75 "$PY" bench/decoder_bench.py --batches 1,16,128 --out "$OUT"
 [ -f "$OUT/decoder.log" ] && tail -n 5 "$OUT/decoder.log"
+# the two served stages alone, as bench/h200_tts_server.sh runs them (needs the carried .whl): the transcription
+# server at its defaults over HTTP next to the engine alone (plan 10:1,256; mix:256; 3600:4), and Kokoro alone
+# (first audio at one stream, the batch table, the streaming ramp)
+step server 260 env STEPS=server OUT="$OUT/server" bash bench/h200_tts_server.sh
+[ -f "$OUT/server/summary.txt" ] && grep -E "audio s/s|single|CPU|rc=" "$OUT/server/summary.txt" | head -12
+step tts 270 env STEPS=tts OUT="$OUT/tts" bash bench/h200_tts_server.sh
+[ -f "$OUT/tts/summary.txt" ] && grep -vE "^\[[0-9]+ s\] (commit|MPS|done)" "$OUT/tts/summary.txt" | head -30
 compile_cache_back "$OUT"
 exit $status

@@ -138,27 +138,40 @@ class NullEngine:
 
 
 class SleepEngine(NullEngine):
-    """A GPU stand-in for CPU runs: the null engine's words after a sleep (the GIL released, no CPU) as
-    long as the fast Parakeet backend's profile replays take at ``rtfx``: each profile class (3.8/6.4/10/20/30 s) the
-    batch touches replays at its whole batch of 64, a full batch of windows as long as the profile
-    running ``rtfx`` times faster than real time. It names length classes as the fast backend does."""
+    """A GPU stand-in for CPU runs: the null engine's words after a sleep (the GIL released, no CPU) as long as
+    the fast Parakeet backend's replays: its default profiles (``offline_profiles(64)``: 3.8/6.4/10/20/30 s
+    classes at 64 and at a small batch), each batch split over them as ``plan_batches`` splits it, a replay
+    costing ``fixed_ms`` plus its whole batch of audio at ``rtfx``. It names length classes and batch costs as
+    the fast backend does, so the window batcher sizes batches as it does on the GPU."""
 
     name = "sleep"
-    PROFILES = (384, 640, 1024, 2048, 3008)  # feature frames (hop 160): default_profiles' classes
 
-    def __init__(self, rtfx: float) -> None:
+    def __init__(self, rtfx: float, fixed_ms: float = 5.0, profiles: str = "") -> None:
+        from asr.parakeet.encoders.shape_profiles import offline_profiles, parse_profiles
+
         super().__init__()
-        self.rtfx = rtfx
+        self.rtfx, self.fixed_s = rtfx, fixed_ms / 1000
+        self.profiles = parse_profiles(profiles or offline_profiles(self.max_batch))
+        self.classes = sorted({p.frames for p in self.profiles})
+
+    def replay_s(self, batch: int, frames: int) -> float:
+        return self.fixed_s + batch * frames * 160 / 16000 / self.rtfx
 
     def length_class(self, samples: int) -> int:
         frames = int(samples) // 160 + 1
-        return next((f for f in self.PROFILES if f >= frames), self.PROFILES[-1])
+        return next((f for f in self.classes if f >= frames), self.classes[-1])
+
+    def batch_costs(self, length_class: int) -> list[tuple[int, float]]:
+        return sorted((p.batch, self.replay_s(p.batch, p.frames)) for p in self.profiles if p.frames == length_class)
 
     def transcribe_windows(self, windows: list[Any], language: str | None) -> list[list[Any]]:
+        from asr.parakeet.encoders.shape_profiles import plan_batches
+
         counts: dict[int, int] = {}
         for w in windows:
             counts[self.length_class(len(w))] = counts.get(self.length_class(len(w)), 0) + 1
-        time.sleep(sum(f * 160 / 16000 * 64 / self.rtfx * math.ceil(n / 64) for f, n in counts.items()))
+        time.sleep(sum(self.replay_s(p.batch, p.frames) for f, n in counts.items()
+                       for p, _, _ in plan_batches(self.profiles, n, f)))
         return super().transcribe_windows(windows, language)
 
 
@@ -166,7 +179,7 @@ def build_engine(args: argparse.Namespace) -> Any:
     if args.engine == "null":
         return NullEngine()
     if args.engine == "sleep":
-        return SleepEngine(args.sleep_rtfx)
+        return SleepEngine(args.sleep_rtfx, args.sleep_fixed_ms, args.profiles)
     from agent.models import resolve_engine_spec
     from asr.offline.engine_factory import make_engine
     from asr.offline.window_engine import EngineSpec
@@ -242,7 +255,8 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str, 
            "--encoder-backend", args.encoder_backend, "--parakeet-backend", args.parakeet_backend,
            "--profiles", args.profiles, "--max-inflight", str(args.max_inflight),
            "--max-audio-held-s", str(args.max_audio_held_s), "--min-audio-s", str(args.min_audio_s),
-           "--engine-plan", "" if args.no_engine_rtfx else args.plan, "--sleep-rtfx", str(args.sleep_rtfx)]
+           "--engine-plan", "" if args.no_engine_rtfx else args.plan, "--sleep-rtfx", str(args.sleep_rtfx),
+           "--sleep-fixed-ms", str(args.sleep_fixed_ms)]
     if args.workers is not None:
         cmd += ["--workers", str(args.workers)]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
@@ -298,6 +312,7 @@ def main() -> None:
                     help="default: parakeet on CUDA, whisper on the CPU; null: no model (the host path alone); "
                          "sleep: a GPU stand-in (SleepEngine: profile replays slept at --sleep-rtfx)")
     ap.add_argument("--sleep-rtfx", type=float, default=6000.0, help="the sleep engine's speed (full batches)")
+    ap.add_argument("--sleep-fixed-ms", type=float, default=5.0, help="the sleep engine's cost of any replay")
     ap.add_argument("--model", default=None, help="whisper: CTranslate2 dir; parakeet: checkpoint (folder or .nemo) "
                                                   "or random-v3 (the default for parakeet)")
     ap.add_argument("--dtype", default=None, help="parakeet: float32 | bfloat16 (default: bfloat16 on CUDA)")

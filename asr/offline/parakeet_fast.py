@@ -27,6 +27,7 @@ from asr.offline.plan import PlanOptions, plan_options
 from asr.offline.results import Word
 from asr.offline.window_engine import EngineSpec
 from asr.parakeet.encoders.shape_profiles import HOP, ShapeProfile, parse_profiles
+from asr.parakeet.encoders.shape_profiles import offline_profiles as default_profiles
 
 if TYPE_CHECKING:
     import torch
@@ -34,22 +35,6 @@ if TYPE_CHECKING:
     from asr.parakeet.decoding.label_looping import DecodedSeq
 
 log = logging.getLogger(__name__)
-
-
-def default_profiles(max_batch: int) -> str:
-    """Offline profiles: windows up to ~3.8, ~6.4, ~10, ~20 and ~30 s (frames multiples of 64) at ``max_batch``,
-    and, above a batch of 16, the 10-30 s classes again at a small batch for a class's few leftover windows.
-
-    The short classes cut the padding of a leaderboard-like length mix (1-35 s, mean ~7 s) from 1.75x to 1.37x
-    the audio; the small batches stop a lone window from replaying a whole batch. Against 10/20/30 s alone on one
-    H200 loan (bench/results/run43_profiles): 10 s clips at 256 requests 9,554 vs 8,291 audio s/s, the mix 6,442
-    vs 6,001, one 10 s request p50 19 vs 36 ms, 1 h files 10,015 vs 10,698 (engine alone 14,182 vs 14,682).
-    """
-    b = max_batch
-    small = b > 16
-    return ",".join([f"w4={b}x384", f"w6={b}x640", *(["w10s=16x1024"] if small else []), f"w10={b}x1024",
-                     *(["w20s=16x2048"] if small else []), f"w20={b}x2048", *(["w30s=8x3008"] if small else []),
-                     f"w30={b}x3008"])
 
 
 class TokenTranscriber(Protocol):
@@ -99,6 +84,7 @@ class FastParakeetWindowEngine:
         self.max_batch = max_batch
         self.plan = plan
         self.sample_rate = sample_rate
+        self.replay_s: dict[tuple[int, int], float] = {}  # (frames, batch) -> measured seconds of one replay
 
     @classmethod
     def load(cls, spec: EngineSpec) -> FastParakeetWindowEngine:
@@ -126,15 +112,26 @@ class FastParakeetWindowEngine:
         return next((p for p in sorted(x.frames for x in self.transcriber.profiles) if p >= frames), 1 << 30)
 
     def warmup(self, full: bool = True) -> None:
-        """Build every profile (``full``: at its whole batch, so graphs and decoders exist before serving)."""
+        """Build every profile (``full``: at its whole batch, so graphs and decoders exist before serving, then
+        time its replay: ``batch_costs``)."""
         import torch
 
         for p in self.transcriber.profiles:
             t0 = time.perf_counter()
             b = p.batch if full else 1
-            self.transcriber.transcribe([(torch.zeros(b, p.samples), np.full(b, p.samples))])
-            log.info("parakeet fast: profile %s ready in %.1f s", p.spec(), time.perf_counter() - t0)
+            batch = [(torch.zeros(b, p.samples), np.full(b, p.samples))]
+            self.transcriber.transcribe(batch)
+            built = time.perf_counter() - t0
+            if full:
+                self.replay_s[(p.frames, p.batch)] = min(_timed(self.transcriber.transcribe, batch) for _ in range(3))
+            log.info("parakeet fast: profile %s ready in %.1f s (replay %.1f ms)", p.spec(), built,
+                     1000 * self.replay_s.get((p.frames, p.batch), float("nan")))
         compile_cache.save("parakeet-fast")
+
+    def batch_costs(self, length_class: int) -> list[tuple[int, float]]:
+        """(batch, seconds) of one replay of each profile of ``length_class`` as measured at warm-up (the
+        window batcher sizes its batches by them); empty before a full warm-up."""
+        return sorted((b, s) for (f, b), s in self.replay_s.items() if f == length_class)
 
     def transcribe_windows(self, windows: list[np.ndarray], language: str | None) -> list[list[Word]]:
         if not windows:
@@ -152,6 +149,12 @@ class FastParakeetWindowEngine:
         from asr.parakeet.tokenizer import group_words
 
         return offline_words(group_words(self.tokenizer, seq.tokens, seq.frames, seq.durations, self.frame_seconds))
+
+
+def _timed(fn: Any, *args: Any) -> float:
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
 
 
 def plan_for(profiles: Sequence[ShapeProfile], max_window_s: float = 0.0, overlap_s: float | None = None,

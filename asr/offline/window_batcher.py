@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import threading
 import time
 from collections import OrderedDict, deque
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from asr.offline.batch_cost import first_take
 from asr.offline.results import Word
 from asr.offline.window_engine import WindowEngine
 
@@ -72,6 +74,9 @@ class WindowBatcher:
         self._ids = itertools.count()
         self._closed = False
         self._length_class = getattr(engine, "length_class", None)
+        self._batch_costs = getattr(engine, "batch_costs", None)  # length class -> [(batch, replay s)]
+        if os.environ.get("CADENCE_BATCH_COSTS") == "0":  # for A/B runs: every batch as full as it can be
+            self._batch_costs = None
         self._streams = 0  # requests still sending parts (stream_parts)
         self._thread = threading.Thread(target=self._run, name="asr-batcher", daemon=True)
         self._thread.start()
@@ -207,7 +212,10 @@ class WindowBatcher:
 
         With length classes, a seed whose class cannot fill a batch while another class holds more
         windows gives way to that class's oldest window, at most ``MAX_PASSED`` times (it keeps its
-        place in the round robin meanwhile): full replays first, no request waits long.
+        place in the round robin meanwhile): full replays first, no request waits long. An engine that
+        names its batch sizes' replay costs (``batch_costs``) gets the first batch of the cheapest set
+        of replays for the class's pending windows (``batch_cost.first_take``: 20 windows on a 16 and
+        a 64 profile go as 16 now and 4 with the next arrivals when two 16 replays cost less than one 64).
         """
         request, queue = next(iter(self._pending.items()))
         seed = queue[0]
@@ -221,7 +229,8 @@ class WindowBatcher:
                   if it is not seed and it.language == seed.language and it.length_class == seed.length_class]
         target = len(seed.audio)
         others.sort(key=lambda it: abs(len(it.audio) - target))
-        batch = [seed, *others[: self.max_batch - 1]]
+        costs = self._batch_costs(seed.length_class) if self._batch_costs is not None else None
+        batch = [seed, *others[: first_take(1 + len(others), costs, self.max_batch) - 1]]
         self._take(batch)
         return batch
 

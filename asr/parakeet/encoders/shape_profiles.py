@@ -43,6 +43,24 @@ def streaming_profiles(window_samples: int, max_batch: int, lag_batch: int = 64)
     return ",".join(specs)
 
 
+def offline_profiles(max_batch: int) -> str:
+    """The offline server's profiles: windows up to ~3.8, ~6.4, ~10, ~20 and ~30 s (frames multiples of 64) at
+    ``max_batch``, and, above a batch of 16, each class again at a small batch for a class's few leftover windows.
+
+    The short classes cut the padding of a leaderboard-like length mix (1-35 s, mean ~7 s) from 1.75x to 1.37x
+    the audio; the small batches stop a few windows from replaying a whole batch (the window batcher splits a
+    class's pending windows over the batch sizes by their measured replay cost: ``asr.offline.batch_cost``).
+    Against 10/20/30 s alone on one H200 loan (bench/results/run43_profiles, before the 3.8/6.4 s small
+    variants): 10 s clips at 256 requests 9,554 vs 8,291 audio s/s, the mix 6,442 vs 6,001, one 10 s request
+    p50 19 vs 36 ms, 1 h files 10,015 vs 10,698 (engine alone 14,182 vs 14,682).
+    """
+    b = max_batch
+    small = b > 16
+    classes = [("w4", 384, 16), ("w6", 640, 16), ("w10", 1024, 16), ("w20", 2048, 16), ("w30", 3008, 8)]
+    return ",".join(spec for name, frames, few in classes
+                    for spec in ([f"{name}s={few}x{frames}"] if small else []) + [f"{name}={b}x{frames}"])
+
+
 @dataclass(frozen=True)
 class ShapeProfile:
     """Inputs up to ``batch`` x ``frames`` feature frames run in this profile (padded up to it)."""
