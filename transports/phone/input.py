@@ -60,6 +60,8 @@ class PhoneInputTransport(BaseInputTransport):
         self._on_disconnected = on_disconnected
         self._barge_in = barge_in
         self._decoder: InboundDecoder | None = None
+        self._pending = bytearray()  # decoded caller audio not yet pushed (phone.input_frame_ms)
+        self._frame_bytes = 0
         self._task = None
         self._budget = RealTimeBudget(options.max_input_rt_ratio, options.input_burst_s)
         self.error: ProtocolError | None = None
@@ -68,6 +70,7 @@ class PhoneInputTransport(BaseInputTransport):
         await super().start(frame)
         await self.set_transport_ready(frame)
         self._decoder = InboundDecoder(self.sample_rate)
+        self._frame_bytes = 2 * int(self.sample_rate * self._options.input_frame_ms / 1000)
         await self._on_connected()
         if self._task is None:
             self._task = self.create_task(self._receive(), name=f"phone-{self._sid}-receive")
@@ -83,6 +86,18 @@ class PhoneInputTransport(BaseInputTransport):
     async def cleanup(self):
         await super().cleanup()
         await self._stop_receiving()
+
+    async def _push_audio(self, pcm: bytes) -> None:
+        """Caller audio into the pipeline in frames of at least ``phone.input_frame_ms`` (each frame costs every
+        processor and observer one hand-off, whatever its length)."""
+        if not self._pending and len(pcm) >= self._frame_bytes:
+            frame = pcm
+        else:
+            self._pending += pcm
+            if len(self._pending) < self._frame_bytes:
+                return
+            frame, self._pending = bytes(self._pending), bytearray()
+        await self.push_audio_frame(InputAudioRawFrame(audio=frame, sample_rate=self.sample_rate, num_channels=1))
 
     async def _stop_receiving(self) -> None:
         if self._task is not None:
@@ -150,7 +165,7 @@ class PhoneInputTransport(BaseInputTransport):
             return
         pcm8k, pcm = await self._decoder.decode(payload)
         if pcm:
-            await self.push_audio_frame(InputAudioRawFrame(audio=pcm, sample_rate=self.sample_rate, num_channels=1))
+            await self._push_audio(pcm)
         detector = self._barge_in
         if detector is None or not detector.feed(pcm8k, arrived):
             return
