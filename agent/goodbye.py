@@ -24,7 +24,7 @@ class GoodbyeWatch(BaseObserver):
     """Sets ``said`` when the bot finished speaking a stretch begun after ``speak`` entered the pipeline."""
 
     def __init__(self, speak: TTSSpeakFrame) -> None:
-        super().__init__(observe_every_push=False)  # the first push of each frame says all it needs
+        super().__init__()
         self._speak = speak
         self._queued = False  # our speak frame was pushed: earlier speech is behind us
         self._speaking = False

@@ -38,14 +38,10 @@ class SessionLimits:
 
 
 class SessionWatch(BaseObserver):
-    """Notes when caller audio last entered the pipeline; holds the session's worker (for a goodbye).
-
-    It sees each frame once (``observe_every_push=False``): pipecat queues every push to an observer that
-    wants them all, and a caller's audio frame is pushed once per processor, so that was ~10 queue hand-offs
-    per 20 ms frame for a timestamp the first push already gives."""
+    """Notes when caller audio last entered the pipeline; holds the session's worker (for a goodbye)."""
 
     def __init__(self) -> None:
-        super().__init__(observe_every_push=False)
+        super().__init__()
         self.started = time.monotonic()
         self.last_input = self.started
         self.ended_by: str | None = None
