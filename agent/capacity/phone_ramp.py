@@ -21,6 +21,7 @@ import asyncio
 import random
 import re
 import time
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -70,16 +71,33 @@ class PhoneTurn:
     lateness_ms: tuple[float, ...]
 
 
+def chunk_replies(chunks: list[tuple[float, float, bool]], marks: list[tuple[float, str]]) -> list[str | None]:
+    """The reply each chunk belongs to: Cadence sends a reply's marks after its audio on the same socket, so a
+    chunk is part of the reply named by the first mark that arrives at or after it (None: no such mark)."""
+    named = [(at, m.group(1)) for at, name in marks if (m := REPLY_MARK.match(name))]
+    times = [at for at, _ in named]
+    out: list[str | None] = []
+    for at, _, _ in chunks:
+        k = bisect_left(times, at)
+        out.append(named[k][1] if k < len(named) else None)
+    return out
+
+
 def phone_turns(record: PhoneCallRecord) -> list[PhoneTurn]:
-    """Each spoken prompt's answer, as the caller saw it (chunks up to the next prompt's start)."""
+    """Each spoken prompt's answer, as the caller saw it: the chunks up to the next prompt's start, less the
+    rest of a reply that began before this prompt ended (a reply that stalled for longer than the caller's
+    pause, so the caller spoke again, and then went on: it answers an earlier prompt, not this one)."""
     chunks = sorted(record.chunks)
     marks = sorted(record.marks)
+    replies_of = chunk_replies(chunks, marks)
     out = []
     for i, eos in enumerate(record.speech_ends):
         nxt = record.speech_starts[i + 1] if i + 1 < len(record.speech_starts) else float("inf")
-        mine = [c for c in chunks if eos <= c[0] < nxt]
+        earlier = {r for c, r in zip(chunks, replies_of, strict=True) if c[0] < eos and r is not None}
+        mine = [c for c, r in zip(chunks, replies_of, strict=True) if eos <= c[0] < nxt and r not in earlier]
         first = next((at for at, _, loud in mine if loud), None)
-        ids = {m.group(1) for at, name in marks if eos <= at < nxt and (m := REPLY_MARK.match(name))}
+        ids = {m.group(1) for at, name in marks
+               if eos <= at < nxt and (m := REPLY_MARK.match(name)) and m.group(1) not in earlier}
         tracker = PlayoutTracker()
         late = [tracker.chunk(at, sec) * 1000.0 for at, sec, _ in mine]
         audio = sum(sec for _, sec, _ in mine)

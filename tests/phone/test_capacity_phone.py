@@ -87,6 +87,24 @@ def test_judge_counts_replies_first_audio_and_dry_player():
     assert any("server delivery p1 1.10x < 1.20x" in r for r in slow.reasons)
 
 
+def test_the_rest_of_a_stalled_reply_does_not_answer_the_next_prompt():
+    """Reply r1 to prompt 1 stalls longer than the caller's pause, the caller says prompt 2, then r1's rest
+    arrives 50 ms after prompt 2's end: that is not prompt 2's answer (r2, 700 ms after it, is)."""
+    rec = PhoneCallRecord(0, speech_starts=[0.0, 2.7], speech_ends=[1.0, 3.5])
+    r1_head = [1.4 + 0.02 * i for i in range(20)]  # 1.40-1.78 s
+    r1_tail = [3.55 + 0.02 * i for i in range(10)]  # after the stall: 3.55-3.73 s
+    r2 = [4.2 + 0.02 * i for i in range(30)]
+    rec.chunks = [(at, FRAME_S, True) for at in r1_head + r1_tail + r2]
+    rec.marks = [(1.79, "r1-400"), (3.75, "r1-600-end"), (4.81, "r2-600-end")]
+    first, second = phone_turns(rec)
+    assert first.replies == 1 and abs(first.first_audio_ms - 400.0) < 1e-6
+    assert second.replies == 1 and abs(second.first_audio_ms - 700.0) < 1e-6, second
+    assert abs(second.audio_s - 30 * FRAME_S) < 1e-9
+    # a server that names no replies: every chunk after the prompt counts, as before
+    rec.marks = []
+    assert abs(phone_turns(rec)[1].first_audio_ms - 50.0) < 1e-6
+
+
 def test_prompt_without_speech_is_refused():
     try:
         Prompt.from_ulaw("silence", b"\xff" * 1600)
