@@ -37,6 +37,7 @@ from agent.call_control import install as install_call_control
 from agent.config import CallConfig, Config
 from agent.fast_barge_in import FastBargeIn
 from agent.finished_text_stop import FinishedTextTurnAnalyzerStopStrategy
+from agent.input_audio_stop import InputAudioStop
 from agent.llm_replicas import ReplicaPicker, replica_urls
 from agent.llm_stage import CadenceLLMService
 from agent.models import piper_voice
@@ -334,6 +335,7 @@ def build_worker(
             VADProcessor(vad_analyzer=make_vad(config)),
             stt,
             aggregators.user(),
+            *([] if config.audio.forward_input_past_turn else [InputAudioStop()]),
             llm,
             tts,
             *([SpeculativeAudioGate()] if hold_audio else []),
