@@ -115,6 +115,9 @@ def random_v3_engine(spec: Any) -> Any:
         fast.warmup(full=spec.device.startswith("cuda"))
         print(f"fast backend: {len(transcriber.profiles)} profiles built in {time.perf_counter() - t0:.1f} s",
               flush=True)
+        costs = {f: fast.batch_costs(f) for f in sorted({p.frames for p in transcriber.profiles})}
+        print("replay ms by class (frames: batch=ms): " + "; ".join(
+            f"{f}: " + ", ".join(f"{b}={s * 1000:.1f}" for b, s in c) for f, c in costs.items() if c), flush=True)
         return fast
     engine = ParakeetEngine(ckpt, device=spec.device, dtype=spec.dtype, encoder_backend=spec.encoder_backend)
     engine.warmup()
