@@ -23,7 +23,7 @@ for i in "${!sets[@]}"; do
   timeout "${SET_TIMEOUT_S:-170}" python3 bench/transcribe_server.py --device cuda "${profiles[@]}" --max-batch "$mb" \
     ${SERVER_PLAN:+--plan "$SERVER_PLAN"} --name "transcribe_server_set$i" --out "$OUT" > "$OUT/server-set$i.log" 2>&1
   say "set$i rc=$?"
-  grep -E "server ready|fast backend" "$OUT/server-set$i.log" | tee -a "$OUT/summary.txt"
+  grep -E "server ready|fast backend|replay ms" "$OUT/server-set$i.log" | tee -a "$OUT/summary.txt"
   python3 - "$OUT/transcribe_server_set$i.json" <<'PY' 2>&1 | tee -a "$OUT/summary.txt"
 import json, sys
 d = json.load(open(sys.argv[1]))

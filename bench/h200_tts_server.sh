@@ -40,6 +40,7 @@ if [[ " $STEPS " == *" server "* ]]; then
   timeout 230 python3 bench/transcribe_server.py --device cuda ${SERVER_PLAN:+--plan "$SERVER_PLAN"} \
     --out "$OUT" > "$OUT/server.log" 2>&1
   say "server rc=$?"
+  grep -E "fast backend|replay ms" "$OUT/server.log" | tee -a "$OUT/summary.txt"
   tail -25 "$OUT/server.log" | tee -a "$OUT/summary.txt"
 fi
 say "$(compile_cache_back "$OUT")"
