@@ -36,16 +36,17 @@ from pipecat.services.openai.llm import OpenAILLMService
 from agent.config import LLMConfig
 from agent.context_window import ContextWindow
 from agent.held_reply import UnheldSpeculationGate, mark_held_reply
+from agent.openai_http import llm_timeout, openai_httpx
 from agent.text_unescape import StreamUnescaper
 
-UNREACHABLE = (APIConnectionError, APITimeoutError, httpx.TransportError, TimeoutError)
+UNREACHABLE = (APIConnectionError, APITimeoutError, httpx.TransportError, openai_httpx().TransportError, TimeoutError)
 
 
 class CadenceLLMService(OpenAILLMService):
     """OpenAI-protocol LLM service with fast failure and a spoken apology."""
 
     def __init__(self, config: LLMConfig, base_url: str, model: str,
-                 http_client: httpx.AsyncClient | None = None, *, hold_after_tts: bool = False, **kwargs):
+                 http_client: Any = None, *, hold_after_tts: bool = False, **kwargs):
         """``hold_after_tts``: a ``SpeculativeAudioGate`` after the TTS holds speculative replies, so this stage
         lets them through (marked); only for a pipeline that has one."""
         self._request_timeout_s = config.request_timeout_s
@@ -82,7 +83,7 @@ class CadenceLLMService(OpenAILLMService):
             project=project,
             default_headers=default_headers,
             max_retries=0,
-            timeout=httpx.Timeout(self._request_timeout_s, connect=2.0),
+            timeout=llm_timeout(self._request_timeout_s, connect_s=2.0),
             http_client=self._http_client,
         )
 

@@ -41,6 +41,7 @@ from agent.input_audio_stop import InputAudioStop
 from agent.llm_replicas import ReplicaPicker, replica_urls
 from agent.llm_stage import CadenceLLMService
 from agent.models import piper_voice
+from agent.openai_http import llm_http_client
 from agent.segment_turn_stop import QuietSegmentedTurnAnalyzerStopStrategy
 from agent.shared_models import SharedSileroVADAnalyzer, SharedSmartTurnAnalyzerV3
 from agent.speculative_audio_gate import SpeculativeAudioGate
@@ -77,7 +78,7 @@ class Engines:
     engine_info: dict[str, Any] | None = None
     speculation_stats: SpeculationStats = field(default_factory=SpeculationStats)
     bot: Any = None  # agent.bot.Bot: its tools and tool choice for every call (its settings are in config)
-    _llm_http: tuple[Any, httpx.AsyncClient] | None = field(default=None, repr=False)
+    _llm_http: tuple[Any, Any] | None = field(default=None, repr=False)
     _llm_picker: ReplicaPicker | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -92,7 +93,7 @@ class Engines:
             self._llm_picker = ReplicaPicker(replica_urls(self.llm_base_url))
         return self._llm_picker.pick()
 
-    def llm_http(self) -> httpx.AsyncClient:
+    def llm_http(self) -> Any:
         """One HTTP connection pool to the LLM server for every caller on this event loop.
 
         A client per session costs ~25 ms of TLS-context setup on the loop at each connect; a
@@ -100,8 +101,7 @@ class Engines:
         """
         loop = asyncio.get_running_loop()
         if self._llm_http is None or self._llm_http[0] is not loop:
-            limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
-            self._llm_http = (loop, httpx.AsyncClient(limits=limits))
+            self._llm_http = (loop, llm_http_client(max_connections=1000, max_keepalive=100))
         return self._llm_http[1]
 
     @classmethod
