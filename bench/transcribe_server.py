@@ -172,7 +172,8 @@ class SleepEngine(NullEngine):
 
         counts: dict[int, int] = {}
         for w in windows:
-            counts[self.length_class(len(w))] = counts.get(self.length_class(len(w)), 0) + 1
+            cls = self.length_class(len(w))
+            counts[cls] = counts.get(cls, 0) + 1
         time.sleep(sum(self.replay_s(p.batch, p.frames) for f, n in counts.items()
                        for p, _, _ in plan_batches(self.profiles, n, f)))
         return super().transcribe_windows(windows, language)

@@ -90,10 +90,14 @@ def phone_turns(record: PhoneCallRecord) -> list[PhoneTurn]:
     chunks = sorted(record.chunks)
     marks = sorted(record.marks)
     replies_of = chunk_replies(chunks, marks)
+    began: dict[str, float] = {}  # each named reply's first chunk
+    for (at, _, _), r in zip(chunks, replies_of, strict=True):
+        if r is not None:
+            began.setdefault(r, at)  # chunks are sorted: the first seen is the first to arrive
     out = []
     for i, eos in enumerate(record.speech_ends):
         nxt = record.speech_starts[i + 1] if i + 1 < len(record.speech_starts) else float("inf")
-        earlier = {r for c, r in zip(chunks, replies_of, strict=True) if c[0] < eos and r is not None}
+        earlier = {r for r, at in began.items() if at < eos}
         mine = [c for c, r in zip(chunks, replies_of, strict=True) if eos <= c[0] < nxt and r not in earlier]
         first = next((at for at, _, loud in mine if loud), None)
         ids = {m.group(1) for at, name in marks

@@ -68,24 +68,26 @@ class ParrotBot(FrameProcessor):
         await self.push_frame(TTSStoppedFrame())
 
 
+async def run_pipeline(transport: PhoneTransport, processors: Sequence[FrameProcessor],
+                       observers: Sequence[Any]) -> None:
+    """Run ``transport.input() -> processors -> transport.output()`` until the caller hangs up."""
+    pipeline = Pipeline([transport.input(), *processors, transport.output()])
+    worker = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=16000),
+                            observers=list(observers), enable_rtvi=False, idle_timeout_secs=None)
+
+    @transport.event_handler("on_client_disconnected")
+    async def _gone(_t: Any, _start: Any) -> None:
+        await worker.cancel(reason="client disconnected")
+
+    runner = WorkerRunner(handle_sigint=False, check_dangling_tasks=False)
+    await runner.add_workers(worker)
+    await runner.run()
+
+
 def parrot_runner(reply: bytes, stall: tuple[float, float] | None = None):
     async def run_call(transport: PhoneTransport, _sid: str, observers: Sequence[Any]) -> None:
-        pipeline = Pipeline([
-            transport.input(),
-            VADProcessor(vad_analyzer=SileroVADAnalyzer(params=VADParams(stop_secs=0.3))),
-            ParrotBot(reply, stall=stall),
-            transport.output(),
-        ])
-        worker = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=16000),
-                                observers=list(observers), enable_rtvi=False, idle_timeout_secs=None)
-
-        @transport.event_handler("on_client_disconnected")
-        async def _gone(_t: Any, _start: Any) -> None:
-            await worker.cancel(reason="client disconnected")
-
-        runner = WorkerRunner(handle_sigint=False, check_dangling_tasks=False)
-        await runner.add_workers(worker)
-        await runner.run()
+        vad = VADProcessor(vad_analyzer=SileroVADAnalyzer(params=VADParams(stop_secs=0.3)))
+        await run_pipeline(transport, [vad, ParrotBot(reply, stall=stall)], observers)
 
     return run_call
 
@@ -95,7 +97,16 @@ async def parrot_server(reply: bytes, *, gate: Any = None, options: PhoneOptions
                         barge_in: bool = True, stall: tuple[float, float] | None = None,
                         ) -> AsyncIterator[tuple[str, PhoneEndpoint]]:
     """Serve the parrot bot on loopback; yields (ws url, endpoint)."""
-    endpoint = PhoneEndpoint(parrot_runner(reply, stall), gate=gate, options=options,
+    async with phone_server(parrot_runner(reply, stall), gate=gate, options=options,
+                            barge_in=barge_in) as served:
+        yield served
+
+
+@asynccontextmanager
+async def phone_server(run_call: Any, *, gate: Any = None, options: PhoneOptions | None = None,
+                       barge_in: bool = True) -> AsyncIterator[tuple[str, PhoneEndpoint]]:
+    """Serve ``run_call`` (a PhoneEndpoint call runner) on loopback; yields (ws url, endpoint)."""
+    endpoint = PhoneEndpoint(run_call, gate=gate, options=options,
                              barge_in_factory=(lambda: BargeInDetector()) if barge_in else None)
     app = web.Application()
     endpoint.add_routes(app)

@@ -7,15 +7,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from aiohttp import web
 from pipecat.frames.frames import Frame, InputAudioRawFrame
-from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
-from pipecat.workers.runner import WorkerRunner
 
 from testkit.phone_prompts import pcm8k
-from transports.phone.endpoint import PhoneEndpoint
+from tests.phone.parrot import phone_server, run_pipeline
 from transports.phone.loopback_caller import LoopbackCaller
 from transports.phone.options import PhoneOptions
 from transports.phone.transport import PhoneTransport
@@ -38,35 +34,16 @@ async def record_call(options: PhoneOptions, prompt: str) -> tuple[list[bytes], 
     recorder = AudioRecorder()
 
     async def run_call(transport: PhoneTransport, _sid: str, observers: Sequence[Any]) -> None:
-        worker = PipelineWorker(Pipeline([transport.input(), recorder, transport.output()]),
-                                params=PipelineParams(audio_in_sample_rate=16000), observers=list(observers),
-                                enable_rtvi=False, idle_timeout_secs=None)
+        await run_pipeline(transport, [recorder], observers)
 
-        @transport.event_handler("on_client_disconnected")
-        async def _gone(_t: Any, _start: Any) -> None:
-            await worker.cancel(reason="client disconnected")
-
-        runner = WorkerRunner(handle_sigint=False, check_dangling_tasks=False)
-        await runner.add_workers(worker)
-        await runner.run()
-
-    endpoint = PhoneEndpoint(run_call, options=options)
-    app = web.Application()
-    endpoint.add_routes(app)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        caller = await LoopbackCaller(f"ws://127.0.0.1:{runner.addresses[0][1]}{endpoint.options.path}").connect()
+    async with phone_server(run_call, options=options, barge_in=False) as (url, endpoint):
+        caller = await LoopbackCaller(url).connect()
         await caller.say(pcm8k(prompt))
         await asyncio.sleep(0.3)
         await caller.hang_up()
         await asyncio.sleep(0.2)
         assert endpoint.recent, "the call was not recorded"
         sent = endpoint.recent[-1].stats.as_dict()["media_in"]
-    finally:
-        await runner.cleanup()
     return recorder.frames, sent
 
 

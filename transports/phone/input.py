@@ -96,7 +96,8 @@ class PhoneInputTransport(BaseInputTransport):
             self._pending += pcm
             if len(self._pending) < self._frame_bytes:
                 return
-            frame, self._pending = bytes(self._pending), bytearray()
+            frame = bytes(self._pending)
+            self._pending.clear()  # the buffer is kept: no new allocation per frame
         await self.push_audio_frame(InputAudioRawFrame(audio=frame, sample_rate=self.sample_rate, num_channels=1))
 
     async def _stop_receiving(self) -> None:
