@@ -176,8 +176,8 @@ class AudioConfig:
     in_sample_rate: int = 16000
     out_sample_rate: int = 24000
     # false: the caller's audio frames stop after the turn analyzer (agent/input_audio_stop.py) instead of
-    # travelling through the LLM, TTS and output stages that never read them: an idle phone call's CPU 24.8 ->
-    # 17.9 ms per second on 2 cores (bench/results/phone_input_frames_cpu/). true keeps stock pipecat's flow.
+    # travelling through the LLM, TTS and output stages that never read them: an idle phone call's CPU 23.4 ->
+    # 15.9 ms per second on 2 cores (bench/results/phone_input_frames_cpu/5e4177e/). true keeps stock pipecat's flow.
     forward_input_past_turn: bool = False
 
 
