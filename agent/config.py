@@ -103,6 +103,9 @@ class VADConfig:
     # meanwhile (llm.speculate = "final") and released at once when the quiet is confirmed; if the caller goes
     # on, it is withdrawn and the next segment joins the turn. 0 or negative: off (ends as soon as decided).
     turn_min_quiet_secs: float = 0.45
+    # ... and this long while the turn's newest transcript leaves the thought hanging ("To leave a message.",
+    # "I want to": agent/sentence_end.py), where a pause is more likely mid-sentence. <= turn_min_quiet_secs: off.
+    turn_unfinished_quiet_secs: float = 0.8
     # Interrupt the bot on the caller's raw voice onset (60 ms over the noise floor) instead of
     # waiting for the turn VAD: ~100 ms barge-in instead of ~300 ms.
     fast_barge_in: bool = True

@@ -272,7 +272,8 @@ def make_turn_strategies(config: Config, speculation_stats: SpeculationStats | N
             strategy = (SpeculativeSegmentedTurnAnalyzerStopStrategy if triggers
                         else QuietSegmentedTurnAnalyzerStopStrategy)
             stop = [strategy(turn_analyzer=analyzer, finished_text_secs=finished_secs,
-                             min_quiet_secs=config.vad.turn_min_quiet_secs, **spec)]
+                             min_quiet_secs=config.vad.turn_min_quiet_secs,
+                             unfinished_quiet_secs=config.vad.turn_unfinished_quiet_secs, **spec)]
         else:
             strategy = SpeculativeTurnAnalyzerStopStrategy if triggers else FinishedTextTurnAnalyzerStopStrategy
             stop = [strategy(turn_analyzer=analyzer, finished_text_secs=finished_secs, **spec)]

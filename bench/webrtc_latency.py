@@ -9,8 +9,9 @@ stock first for even k, Cadence first for odd k), and plays each clip in real ti
 frames at 48 kHz) after ``--lead-in`` seconds of silence. ICE host candidates are loopback only on
 all three processes.
 
-Clips: ``testkit.talk_clips`` (the ``cadence talk``/WER clips: 10 recorded Asterisk prompts and two
-pairs joined by a 0.6 s pause). The clock starts when the 20 ms frame holding the clip's last voiced
+Clips: ``testkit.talk_clips`` (the ``cadence talk``/WER clips): 10 recorded Asterisk prompts, two sentences
+with a 0.6 s pause mid-sentence (one utterance: answered once) and two pairs of finished sentences 0.8-1.0 s
+apart (two turns: answered once per sentence, reported apart). The clock starts when the 20 ms frame holding the clip's last voiced
 sample is sent (``testkit.voiced``: 10 ms frames within 35 dB of the loudest, not the file's end) and
 stops at the first received bot frame with a sample above ``VOICED_LEVEL``. Per turn, the server's
 own record (``GET /api/sessions/{pc_id}``: transcript, reply, LLM responses, event times on the
@@ -184,6 +185,8 @@ def summarize(values: list[float]) -> dict[str, float]:
 
 def totals(rows: list[dict], system: str, clips: list[Clip]) -> dict[str, Any]:
     mine = [r for r in rows if r["system"] == system]
+    utterances = [r for r in mine if r.get("kind") != "two_sentences"]
+    pairs = [r for r in mine if r.get("kind") == "two_sentences"]
     words = {c.name: len(c.text.split()) for c in clips}
     errors = sum(r["wer"] * words[r["clip"]] for r in mine)
     n_words = sum(words[r["clip"]] for r in mine)
@@ -192,11 +195,13 @@ def totals(rows: list[dict], system: str, clips: list[Clip]) -> dict[str, Any]:
     return {
         "last_voiced_to_first_audio_ms": summarize([r["last_voiced_to_first_audio_ms"] for r in mine
                                                     if r["last_voiced_to_first_audio_ms"] is not None]),
-        "utterances": len(mine),
+        "utterances": len(utterances),
         "answered": sum(r["answered"] for r in mine),
-        "answered_exactly_once": sum(r["answers"] == 1 and r["answered"] for r in mine),
-        "answered_more_than_once": sum(r["answers"] > 1 for r in mine),
-        "one_reply_heard": sum(r.get("answers_heard") == 1 and r["answered"] for r in mine),
+        "answered_exactly_once": sum(r["answers"] == 1 and r["answered"] for r in utterances),
+        "answered_more_than_once": sum(r["answers"] > 1 for r in utterances),
+        "one_reply_heard": sum(r.get("answers_heard") == 1 and r["answered"] for r in utterances),
+        "two_sentence_clips": len(pairs),
+        "two_sentence_clips_answered_per_sentence": sum(r["answers"] == 2 for r in pairs),
         "bot_audio_before_speech_end": sum(r["bot_audio_before_speech_end"] for r in mine),
         "wer": round(errors / n_words, 4) if n_words else None,
         "empty_transcripts": sum(not r["heard"] for r in mine),
@@ -224,7 +229,8 @@ async def run(args: argparse.Namespace, urls: dict[str, str], clips: list[Clip],
             order = systems if k % 2 == 0 else systems[::-1]
             for system in order:
                 row = await one_call(system, urls[system], clip, args, pids)
-                row.update({"round": rnd, "clip": clip.name, "text": clip.text, "load": load_average()})
+                row.update({"round": rnd, "clip": clip.name, "kind": clip.kind, "text": clip.text,
+                            "load": load_average()})
                 rows.append(row)
                 ms = row["last_voiced_to_first_audio_ms"]
                 print(f"r{rnd} {clip.name:28s} {system:7s} {'none' if ms is None else f'{ms:6.0f} ms'} "
@@ -235,7 +241,7 @@ async def run(args: argparse.Namespace, urls: dict[str, str], clips: list[Clip],
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
     config = load_config(args.config, args.set)
-    clips = talk_clips(RATE)
+    clips = [c for c in talk_clips(RATE) if c.kind in args.kinds.split(",")]
     if args.clips:
         clips = clips[: args.clips]
     log_dir = Path(args.log_dir) if args.log_dir else None
@@ -313,7 +319,8 @@ def report(out: dict[str, Any]) -> None:
         lat = s["last_voiced_to_first_audio_ms"]
         cells = " ".join(f"{lat[k]:6.0f}" if k in lat else f"{'-':>6s}" for k in ("p50", "p90", "max"))
         print(f"{name:8s} {cells} {s['answered_exactly_once']:3d}/{s['utterances']:<3d} "
-              f"{s['one_reply_heard']:3d}/{s['utterances']:<3d} {s['wer']:6.3f}")
+              f"{s['one_reply_heard']:3d}/{s['utterances']:<3d} {s['wer']:6.3f}  two-sentence clips answered per "
+              f"sentence {s['two_sentence_clips_answered_per_sentence']}/{s['two_sentence_clips']}")
         print(f"         split p50: {s['split_p50_ms']}")
     print(f"memory (MB): {out['memory_mb']}")
 
@@ -325,6 +332,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--clips", type=int, default=0, help="only the first N clips (0: all)")
+    parser.add_argument("--kinds", default="single,paused,two_sentences", help="the clip kinds to play")
     parser.add_argument("--lead-in", type=float, default=1.0, help="silence sent before each clip (s)")
     parser.add_argument("--max-wait", type=float, default=15.0, help="longest wait for the bot's reply (s)")
     parser.add_argument("--quiet", type=float, default=1.5, help="the reply is over after this much bot silence")

@@ -47,6 +47,7 @@ from agent.turn_observer import TurnObserver, TurnTiming
 from asr.moonshine.stt import create_moonshine_stt
 from asr.moonshine.whisper_fallback import DEFAULT_BELOW
 from testkit.corpus import normalize
+from testkit.talk_clips import PAUSED, stretch_pause
 from transports.audio_io import load_audio
 
 pytest.importorskip("llama_cpp")
@@ -59,6 +60,8 @@ SENTENCES = {"ss-noservice": ("The number you have dialed is not in service.", "
              "pbx-invalid": ("I am sorry, that's not a valid extension.", "Please try again."),
              "vm-nomore": ("No more messages.",), "queue-thankyou": ("Thank you for your patience.",),
              "conf-onlyperson": ("You are currently the only person in this conference.",)}
+PROMPT_TEXT = {"vm-whichbox": "To leave a message, please enter a mailbox number.",
+               "vm-rec-temp": "After the tone, say your temporary message, and then press the pound key."}
 
 
 @pytest.fixture(scope="module")
@@ -123,14 +126,17 @@ class Run:
     held_ends: int
     sent: list[float]  # when the LLM stage sent each chat request
     timings: list[TurnTiming]  # the agent's stage record of each turn
+    held_for_unfinished_text: int = 0  # held ends that needed vad.turn_unfinished_quiet_secs
 
 
 async def _run(server: ManagedLLMServer, audio: np.ndarray, min_quiet: float = MIN_QUIET,
-               below: float | None = None) -> Run:
+               below: float | None = None, unfinished_quiet: float | None = None) -> Run:
     """``below``: Whisper transcribes again each segment Moonshine chose a token under this probability for
     (``asr.fallback_below``; 1.0: every segment); None: Moonshine alone."""
     config = Config()
     config.asr.engine, config.vad.turn_min_quiet_secs = "moonshine", min_quiet
+    if unfinished_quiet is not None:
+        config.vad.turn_unfinished_quiet_secs = unfinished_quiet
     if below is not None:
         config.asr.fallback, config.asr.fallback_below = "whisper", below
     stats = SpeculationStats()
@@ -160,7 +166,8 @@ async def _run(server: ManagedLLMServer, audio: np.ndarray, min_quiet: float = M
                        observers=[observer])
     finally:
         await http.aclose()
-    return Run(context, turn, out, stats, strategies.stop[0].held_ends, sent, observer.turns)
+    return Run(context, turn, out, stats, strategies.stop[0].held_ends, sent, observer.turns,
+               strategies.stop[0].held_for_unfinished_text)
 
 
 def _messages(context: LLMContext) -> list[tuple[str, str]]:
@@ -233,3 +240,29 @@ async def test_a_click_in_the_quiet_delays_the_turn_end_boundedly(server):
     assert len(run.out.of(LLMFullResponseStartFrame)) == 1 and run.stats.confirmed == 1
     print(f"turn end {end_audio - last_voiced:.3f} s after the last voiced sample")
     assert 0.39 + MIN_QUIET > end_audio - last_voiced >= 0.5, end_audio - last_voiced
+
+
+def _paused_clip(name: str, at_s: float) -> np.ndarray:
+    """A recorded sentence whose pause after an unfinished clause is stretched to 0.6 s (testkit.talk_clips)."""
+    audio = stretch_pause(load_audio(ASTERISK_DIR / f"{name}.wav", RATE), at_s, RATE)
+    return np.concatenate([np.zeros(RATE // 2), audio, np.zeros(2 * RATE)]).astype(np.float32)
+
+
+@pytest.mark.parametrize(("name", "at_s"), PAUSED)
+async def test_a_pause_after_an_unfinished_clause_does_not_end_the_turn(server, name, at_s):
+    """"To leave a message, | please enter a mailbox number.": Moonshine writes "To leave a message." for the
+    first part and smart-turn calls it complete; the hanging clause holds the end for the longer quiet."""
+    run = await _run(server, _paused_clip(name, at_s))
+    messages = _messages(run.context)
+    print(f"{name}: {run.stats.snapshot()}, held {run.held_ends} ({run.held_for_unfinished_text} on the text), "
+          f"{messages}")
+    assert len(run.out.of(LLMFullResponseStartFrame)) == 1 and [r for r, _ in messages] == ["user", "assistant"]
+    assert _heard(PROMPT_TEXT[name], messages[0][1]) >= 0.8, messages
+    assert run.held_for_unfinished_text >= 1
+    _no_negative_stage(run)
+
+
+async def test_without_the_unfinished_rule_the_clause_pause_ends_the_turn(server):
+    """The precondition of the test above: with the plain minimum quiet the caller gets two replies."""
+    run = await _run(server, _paused_clip(*PAUSED[0]), unfinished_quiet=0.0)
+    assert len(run.out.of(LLMFullResponseStartFrame)) == 2 and run.held_for_unfinished_text == 0
