@@ -240,6 +240,10 @@ SETS=(--set "admission.max_sessions=$MAX_LEVEL" --set admission.queue_size=0 --s
 [ "${KOKORO_GRAPHS:-1}" = 0 ] && SETS+=(--set tts.kokoro_cuda_graphs=false)
 [ "${KOKORO_TEXT_GRAPHS:-1}" = 0 ] && SETS+=(--set tts.kokoro_text_graphs=false)
 [ -n "${KOKORO_DTYPE:-}" ] && SETS+=(--set "tts.kokoro_dtype=$KOKORO_DTYPE")
+# SERVE_SETS: more cadence serve overrides, comma-separated (an A/B arm's knobs), e.g.
+# SERVE_SETS=audio.forward_input_past_turn=false,phone.input_frame_ms=40
+IFS=, read -r -a EXTRA_SETS <<< "${SERVE_SETS:-}"
+for s in "${EXTRA_SETS[@]}"; do [ -n "$s" ] && SETS+=(--set "$s"); done
 if [ "$WORKERS" -gt 1 ]; then
   SETS+=(--set "server.workers=$WORKERS" --set "server.metrics_listen=127.0.0.1:$MPORT"
          --set "admission.max_sessions=$((2 * MAX_LEVEL))")
