@@ -58,6 +58,7 @@ from agent.tool_calls import ToolCallStyle, register_tools
 from agent.transcripts import CallTranscript
 from agent.vad_batcher import BatchedSileroVADAnalyzer
 from tts.engines import TTSEngine, create_engine
+from tts.phrase_cache import PhraseCache, phrase_cache_for
 from tts.service import CadenceTTSService
 
 # ASR engines that transcribe each VAD segment after its stop (one transcript per segment).
@@ -282,6 +283,20 @@ def make_turn_strategies(config: Config, speculation_stats: SpeculationStats | N
     return UserTurnStrategies(start=[VADUserTurnStartStrategy()], stop=stop)
 
 
+def fixed_phrases(config: Config) -> list[str]:
+    """What the bot says word for word on many calls: its greeting, idle prompt, goodbyes, filler, apologies."""
+    call, llm = config.call, config.llm
+    return [call.greeting, call.idle_prompt, call.goodbye, call.max_duration_goodbye, call.filler,
+            call.tool_error_reply, llm.apology, llm.empty_reply]
+
+
+def phrase_cache(engines: Engines) -> PhraseCache | None:
+    """The process's recordings of the fixed phrases for its TTS engine (``tts.cache_phrases``)."""
+    if not engines.config.tts.cache_phrases:
+        return None
+    return phrase_cache_for(engines.tts_engine, fixed_phrases(engines.config))
+
+
 def build_worker(
     engines: Engines,
     transport: BaseTransport,
@@ -308,7 +323,7 @@ def build_worker(
     stt = engines.make_stt()
     llm = CadenceLLMService(config.llm, engines.llm_url_for_call(), engines.llm_model, http_client=engines.llm_http(),
                             hold_after_tts=hold_audio)
-    tts = CadenceTTSService(engines.tts_engine, withdraw_on_cancel=hold_audio)
+    tts = CadenceTTSService(engines.tts_engine, withdraw_on_cancel=hold_audio, phrase_cache=phrase_cache(engines))
     control = CallControl(session_id, config.call)
     control.llm = llm
     context = make_context(engines.bot, llm, control, config.call)

@@ -17,7 +17,7 @@ from typing import Any
 from agent.config import Config
 from agent.llm_server import embedded_llama_server
 from agent.llm_stage import CadenceLLMService
-from agent.pipeline import Engines, make_vad
+from agent.pipeline import Engines, make_vad, phrase_cache
 from tts.service import CadenceTTSService
 
 
@@ -55,7 +55,7 @@ class Stages:
         return CadenceLLMService(e.config.llm, e.llm_url_for_call(), e.llm_model, http_client=e.llm_http())
 
     def tts(self) -> CadenceTTSService:
-        return CadenceTTSService(self.engines.tts_engine)
+        return CadenceTTSService(self.engines.tts_engine, phrase_cache=phrase_cache(self.engines))
 
     def vad(self) -> Any:
         return make_vad(self.engines.config)

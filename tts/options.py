@@ -11,6 +11,9 @@ class TTSConfig:
     voice: str = ""  # piper: model path or name; flite: voice name
     sample_rate: int = 0  # 0: the engine's native rate
     speed: float = 1.0
+    # The bot's fixed phrases (call.greeting, idle prompt, goodbyes, filler, llm.apology / empty_reply) synthesized
+    # once per process and replayed on every later call (tts/phrase_cache.py). False: synthesized every time.
+    cache_phrases: bool = True
     # The Kokoro GPU engine (engine = "kokoro"; tts.kokoro.options.KokoroOptions has the reasoning):
     kokoro_dtype: str = "auto"  # the convolutional decoder's dtype: auto (float32) | bfloat16 | float16
     kokoro_compile: bool = False  # torch.compile the decoder's fused AdaIN/Snake steps (built during warm-up)

@@ -32,6 +32,7 @@ from pipecat.services.tts_service import TTSService
 from tts.clause_aggregator import ClauseTextAggregator
 from tts.engines import TTSEngine
 from tts.lead_trim import trim_leading_silence
+from tts.phrase_cache import PhraseCache
 
 _DONE = object()
 
@@ -40,7 +41,8 @@ class CadenceTTSService(TTSService):
     """Streams engine audio into the pipeline; the first clause is spoken early."""
 
     def __init__(self, engine: TTSEngine, *, clause_min_words: int = 2, withdraw_on_cancel: bool = False,
-                 **kwargs):
+                 phrase_cache: PhraseCache | None = None, **kwargs):
+        """``phrase_cache``: the process's recorded fixed phrases (``tts.phrase_cache``); None: none."""
         super().__init__(
             push_start_frame=True,
             push_stop_frames=True,
@@ -51,6 +53,7 @@ class CadenceTTSService(TTSService):
         self._text_aggregator = ClauseTextAggregator(min_words=clause_min_words)
         self._untrimmed_context: str | None = None  # a reply whose first audio is still to come
         self._withdraw_on_cancel = withdraw_on_cancel
+        self._phrase_cache = phrase_cache
         self.withdrawals = 0  # speculative replies whose synthesis a withdrawal cancelled (tests, diagnosis)
 
     def can_generate_metrics(self) -> bool:
@@ -95,11 +98,23 @@ class CadenceTTSService(TTSService):
                 if piece:
                     yield piece
 
+    def _source(self, text: str) -> AsyncIterator[bytes]:
+        """The engine's pieces for ``text``: a fixed phrase's recording when the process has one."""
+        cache = self._phrase_cache
+        if cache is not None and cache.wants(text):
+            recorded = cache.get(text)
+            if recorded is not None:
+                return cache.replay(recorded)
+        stream = getattr(self._engine, "synthesize_stream", None)
+        source = stream(text) if stream is not None else self._pieces(iter(self._engine.synthesize(text)))
+        if cache is not None and cache.wants(text):
+            return cache.recording(text, source)
+        return source
+
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame, None]:
         try:
             await self.start_tts_usage_metrics(text)
-            stream = getattr(self._engine, "synthesize_stream", None)
-            source = stream(text) if stream is not None else self._pieces(iter(self._engine.synthesize(text)))
+            source = self._source(text)
             if context_id == self._untrimmed_context:
                 self._untrimmed_context = None
                 source = self._trim_first(source)

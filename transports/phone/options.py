@@ -50,5 +50,9 @@ class PhoneOptions:
     # costs every processor and observer of the call a hand-off, so 40 ms halves that per-call CPU at the
     # price of up to 20 ms more before the last of the caller's speech reaches the VAD.
     input_frame_ms: float = 20.0
+    # The bot's audio goes out in media messages of this many ms (a multiple of 10; Twilio plays any length).
+    # Each message costs the call a serialization (resample, mu-law, base64, JSON), a pacing timer and a send:
+    # 40 ms halves those per call-second of bot speech; the far end then holds up to 20 ms more after a clear.
+    output_frame_ms: float = 20.0
     # Largest WebSocket frame accepted (a 200 ms media message is ~2.2 KB of JSON).
     max_frame_bytes: int = 16 * 1024

@@ -29,12 +29,10 @@ from pipecat.transports.base_transport import TransportParams
 
 from transports.phone.marks import MarkLedger
 from transports.phone.options import PhoneOptions
-from transports.phone.pacing import FRAME_S, PlayoutClock
+from transports.phone.pacing import PlayoutClock
 from transports.phone.protocol import CLOSE_NORMAL, SAMPLE_RATE, StreamStart, mark_message
 from transports.phone.socket import PhoneSocket
 from transports.phone.stats import CallStats
-
-CHUNK_BYTES = int(SAMPLE_RATE * FRAME_S) * 2  # 20 ms of 16-bit PCM at 8 kHz
 
 
 class PhoneOutputTransport(BaseOutputTransport):
@@ -51,6 +49,8 @@ class PhoneOutputTransport(BaseOutputTransport):
             params=TwilioFrameSerializer.InputParams(auto_hang_up=False),
         )
         self.clock = PlayoutClock(options.lead_ms / 1000.0)
+        # one media message per pipecat output chunk (phone.output_frame_ms): 16-bit PCM at 8 kHz
+        self._chunk_bytes = int(SAMPLE_RATE * params.audio_out_10ms_chunks / 100) * 2
         self.ledger = MarkLedger(options.mark_every_ms)
         self._epoch = 0  # bumped by every clear/interruption: a chunk from an older epoch is dropped
         self._released = asyncio.Event()  # cleared while the bot's audio is held back
@@ -150,11 +150,12 @@ class PhoneOutputTransport(BaseOutputTransport):
         if not self._socket.open:
             return False
         audio = frame.audio
-        if len(audio) <= CHUNK_BYTES:
+        size = self._chunk_bytes
+        if len(audio) <= size:
             return await self._send_chunk(audio, frame.sample_rate)
         view = memoryview(audio)
-        for offset in range(0, len(audio), CHUNK_BYTES):
-            if not await self._send_chunk(view[offset:offset + CHUNK_BYTES].tobytes(), frame.sample_rate):
+        for offset in range(0, len(audio), size):
+            if not await self._send_chunk(view[offset:offset + size].tobytes(), frame.sample_rate):
                 return False
         return True
 

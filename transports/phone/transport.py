@@ -19,16 +19,22 @@ from transports.phone.socket import PhoneSocket
 from transports.phone.stats import CallStats
 
 
-def phone_params(in_sample_rate: int) -> TransportParams:
-    """Pipeline input at the models' rate; output at 8 kHz in 20 ms chunks (one media message each)."""
+def phone_params(in_sample_rate: int, output_frame_ms: float = 20.0) -> TransportParams:
+    """Pipeline input at the models' rate; output at 8 kHz in ``output_frame_ms`` chunks (one media message each,
+    a multiple of 10 ms)."""
     return TransportParams(
         audio_in_enabled=True,
         audio_in_sample_rate=in_sample_rate,
         audio_out_enabled=True,
         audio_out_sample_rate=SAMPLE_RATE,
-        audio_out_10ms_chunks=2,
+        audio_out_10ms_chunks=output_chunks_10ms(output_frame_ms),
         audio_out_end_silence_secs=0,
     )
+
+
+def output_chunks_10ms(output_frame_ms: float) -> int:
+    """``phone.output_frame_ms`` in pipecat's 10 ms output chunks (at least one)."""
+    return max(1, round(output_frame_ms / 10.0))
 
 
 class PhoneTransport(BaseTransport):
@@ -44,7 +50,7 @@ class PhoneTransport(BaseTransport):
         self.options = options or PhoneOptions()
         self.socket = socket or PhoneSocket(ws, f"phone {start.stream_sid}")
         self.stats = CallStats()
-        params = phone_params(in_sample_rate)
+        params = phone_params(in_sample_rate, self.options.output_frame_ms)
         self._output = PhoneOutputTransport(self.socket, start, self.options, params, self.stats,
                                             name=self._output_name)
         self._input = PhoneInputTransport(self.socket, start, self.options, params, self.stats, self._output,
