@@ -41,6 +41,7 @@ from agent.input_audio_stop import InputAudioStop
 from agent.llm_replicas import ReplicaPicker, replica_urls
 from agent.llm_stage import CadenceLLMService
 from agent.models import piper_voice
+from agent.observer_fanout import FanOutObserver
 from agent.openai_http import llm_http_client
 from agent.segment_turn_stop import QuietSegmentedTurnAnalyzerStopStrategy
 from agent.shared_models import SharedSileroVADAnalyzer, SharedSmartTurnAnalyzerV3
@@ -366,7 +367,8 @@ def build_worker(
             audio_out_sample_rate=audio_out_sample_rate or config.audio.out_sample_rate,
             enable_metrics=True,
         ),
-        observers=[*observers, *([transcript] if transcript else [])],
+        # one proxy for all of the call's observers (agent/observer_fanout.py), not one queue and task each
+        observers=[FanOutObserver([*observers, *([transcript] if transcript else [])])],
         enable_rtvi=False,
         idle_timeout_secs=None,
     )
