@@ -91,6 +91,12 @@ class VADConfig:
     min_volume: float = 0.3
     # End of turn: "smart" = smart-turn v3 model with a silence fallback; "silence" = VAD stop only.
     turn: str = "smart"
+    # Where smart-turn runs: "onnx" = pipecat's int8 ONNX file on this process's CPU (a thread per caller, ~34 ms
+    # of a core per turn on the 2-core box); "engine" = the same weights as a float torch model in the engine
+    # process (server.engine_process) on vad.turn_device, every process's pending turns scored in one batch
+    # (agent/smart_turn). If the engine cannot answer within 1 s, the turn is scored here on ONNX instead.
+    turn_model: str = "onnx"
+    turn_device: str = "cuda"
     # Silence after which the turn ends even if smart-turn judged the sentence unfinished.
     turn_fallback_secs: float = 0.8
     # A turn smart-turn judged unfinished whose newest final transcript reads as a finished sentence

@@ -35,11 +35,13 @@ class EngineProcessError(RuntimeError):
 
 def engine_spec(config: Config, hosts: tuple[str, ...] = ("tts", "asr")) -> dict[str, Any]:
     """What the engine process builds: the ``[tts]`` section (a Piper voice resolved here: the engine
-    process does not import ``agent``) and, with ``asr.engine = "parakeet"``, the ``[asr]`` section; only the
-    stages in ``hosts``."""
+    process does not import ``agent``), with ``asr.engine = "parakeet"`` the ``[asr]`` section, and with
+    ``vad.turn_model = "engine"`` smart-turn (``turn``); only the stages in ``hosts``."""
     spec: dict[str, Any] = {}
     if "asr" in hosts and config.asr.engine == "parakeet":
         spec["asr"] = dataclasses.asdict(config.asr)
+    if "turn" in hosts and config.vad.turn_model == "engine":
+        spec["turn"] = {"device": config.vad.turn_device}
     if "tts" not in hosts:
         return spec
     tts = dataclasses.asdict(config.tts)
@@ -53,6 +55,20 @@ def engine_spec(config: Config, hosts: tuple[str, ...] = ("tts", "asr")) -> dict
                 raise
     spec["tts"] = tts
     return spec
+
+
+def turn_host(config: Config, hosts: tuple[str, ...], index: int = 0) -> bool:
+    """Whether the engine process for ``hosts`` (the ``index``-th TTS one) hosts smart-turn: the one with
+    Parakeet, else the first TTS engine process (``turn_socket`` is the session side of the same rule)."""
+    if config.vad.turn_model != "engine":
+        return False
+    split = config.server.asr_engine_process and config.asr.engine == "parakeet"
+    return "asr" in hosts if split else ("tts" in hosts and index == 0)
+
+
+def turn_socket(config: Config) -> str:
+    """The socket of the engine process that hosts smart-turn (``turn_host``); empty: none started."""
+    return config.server.asr_engine_socket or (config.server.engine_sockets or [""])[0]
 
 
 @dataclass
@@ -92,6 +108,8 @@ class ManagedEngineProcess(SupervisedChild):
             log = log.with_name(f"{log.stem}-tts{index + 1}{log.suffix}")
         interval = switch_interval_ms(config.runtime.gil_switch_interval_ms, config.asr.engine, config.asr.device)
         kind = cls if "tts" in hosts else ManagedASREngineProcess
+        if turn_host(config, hosts, index):
+            hosts = (*hosts, "turn")
         return kind(engine_spec(config, hosts), log_path=log, memory_fraction=memory_fraction,
                     device=config.gpu.device, switch_interval_ms=interval or 0.0,
                     report_s=config.server.engine_report_s)

@@ -5,7 +5,7 @@ process over one Unix socket.
 
 ``--spec`` names what to host: ``tts`` (``TTSConfig`` fields, ``kokoro`` the ``KokoroOptions``) and/or
 ``asr`` (``ASRConfig`` fields of a Parakeet engine: ``asr.parakeet.remote.StreamHost`` serves its
-sessions).
+sessions) and/or ``turn`` (smart-turn on ``{"device": ...}``: ``agent.smart_turn.remote.TurnHost``).
 
 Each connection (one per session process) multiplexes many streams by request id. A ``synth`` runs
 the engine's ``synthesize_stream`` here, so phonemization and the batcher's thousands of kernel
@@ -64,6 +64,18 @@ def build_asr(spec: dict[str, Any]) -> Any:
     return shared_parakeet_batcher(config)
 
 
+def build_turn(spec: dict[str, Any]) -> Any:
+    """The process's smart-turn ``TurnBatcher`` (loaded and warmed on ``spec["turn"]["device"]``), or None."""
+    if "turn" not in spec:
+        return None
+    from agent.smart_turn.batcher import TurnBatcher
+
+    options = spec["turn"]
+    batcher = TurnBatcher(device=options.get("device", "cpu"), max_batch=int(options.get("max_batch", 64)))
+    batcher.warm()
+    return batcher
+
+
 def engine_stats(engine: TTSEngine) -> dict[str, Any]:
     """The batcher's counters (batch sizes included) where the engine has one."""
     batcher = getattr(engine, "batcher", None)
@@ -106,9 +118,10 @@ def measured_peak(fn: Any, device: int, peaks: dict[str, int], stage: str) -> An
 class EngineServer:
     """Serves ``engine`` on the Unix socket ``path`` (see the module docstring)."""
 
-    def __init__(self, engine: TTSEngine | None, path: str | Path, asr: Any = None):
+    def __init__(self, engine: TTSEngine | None, path: str | Path, asr: Any = None, turn: Any = None):
         self.engine = engine
         self.asr = asr
+        self.turn = turn  # agent.smart_turn.batcher.TurnBatcher, or None
         self.path = str(path)
         self.streams_served = 0
         self._server: asyncio.AbstractServer | None = None
@@ -140,6 +153,8 @@ class EngineServer:
         if self.asr is not None:
             source = getattr(getattr(self.asr.engine, "checkpoint", None), "source", "") or ""
             info["asr"] = {"sample_rate": self.asr.config.sample_rate, "model": Path(str(source)).name or "parakeet-tdt"}
+        if self.turn is not None:
+            info["turn"] = {"device": str(self.turn.device), "max_batch": self.turn.max_batch}
         return info
 
     def _call(self, what: str) -> dict[str, Any]:
@@ -147,7 +162,8 @@ class EngineServer:
             return self.hello()
         if what == "stats":
             asr = dataclasses.asdict(self.asr.stats) if self.asr is not None else None
-            return {"stats": engine_stats(self.engine), "streams": self.streams_served, "asr": asr}
+            turn = dataclasses.asdict(self.turn.stats) if self.turn is not None else None
+            return {"stats": engine_stats(self.engine), "streams": self.streams_served, "asr": asr, "turn": turn}
         batcher = getattr(self.engine, "batcher", None)
         if what in ("hold", "release") and batcher is not None:  # tests and ordered warm-ups: queue, do not tick
             if what == "hold":
@@ -160,12 +176,22 @@ class EngineServer:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         streams: dict[int, asyncio.Task] = {}
-        host = None
+        host = turns = None
         try:
             while True:
                 header, payload = await read_message(reader)
                 op, rid = header["op"], header.get("id")
-                if op.startswith("asr_"):
+                if op == "turn":
+                    if self.turn is None:
+                        writer.write(encode({"op": "error", "id": rid, "message": "this engine process has no "
+                                             "smart-turn model (vad.turn_model)"}))
+                        continue
+                    if turns is None:
+                        from agent.smart_turn.remote import TurnHost
+
+                        turns = TurnHost(self.turn, lambda h: writer.is_closing() or writer.write(encode(h)))
+                    turns.handle(header, payload)
+                elif op.startswith("asr_"):
                     if self.asr is None:
                         writer.write(encode({"op": "error", "id": rid, "message": "this engine process has no ASR"}))
                         continue
@@ -192,6 +218,8 @@ class EngineServer:
                     raise WireError(f"unknown op {op!r}")
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the session process closed the connection (or died)
+        except asyncio.CancelledError:
+            pass  # this server is stopping (SIGTERM) with the connection open: close it quietly below
         except WireError as exc:
             log.error("engine: dropping a connection: %s", exc)
         except ValueError as exc:
@@ -201,6 +229,8 @@ class EngineServer:
                 task.cancel()  # its callers are gone: withdraw their queued clauses
             if host is not None:
                 host.close()
+            if turns is not None:
+                turns.close()
             writer.close()
 
     async def _stream(self, writer: asyncio.StreamWriter, rid: int, header: dict) -> None:
@@ -239,6 +269,7 @@ async def report_load(server: EngineServer, every_s: float, tick_s: float = 0.05
     tts0 = dataclasses.asdict(server.engine.batcher.stats) if getattr(server.engine, "batcher", None) else None
     phases0 = _phases(server.engine)
     asr0 = dataclasses.asdict(server.asr.stats) if server.asr is not None else None
+    turn0 = dataclasses.asdict(server.turn.stats) if server.turn is not None else None
     lags: list[float] = []
     while True:
         before = loop.time()
@@ -270,6 +301,12 @@ async def report_load(server: EngineServer, every_s: float, tick_s: float = 0.05
             parts.append(f"asr ticks {ticks} windows/tick {(now['windows'] - asr0['windows']) / ticks if ticks else 0:.1f}"
                          f" busy {(now['busy_s'] - asr0['busy_s']) / (wall - wall0):.2f}")
             asr0 = now
+        if turn0 is not None:
+            now = dataclasses.asdict(server.turn.stats)
+            batches = now["batches"] - turn0["batches"]
+            parts.append(f"turn requests {now['requests'] - turn0['requests']} batches {batches} busy "
+                         f"{(now['busy_s'] - turn0['busy_s']) / (wall - wall0):.2f}")
+            turn0 = now
         log.info("engine load: %s", "; ".join(parts))
         cpu0, wall0, lags = cpu, wall, []
 
@@ -293,15 +330,18 @@ async def serve(spec: dict[str, Any], path: str, memory_fraction: float = 0.0, d
     engine = await asyncio.to_thread(measured_peak, lambda: build_engine(spec), device, peaks, "tts")
     try:
         asr = await asyncio.to_thread(measured_peak, lambda: build_asr(spec), device, peaks, "asr")
+        turn = await asyncio.to_thread(measured_peak, lambda: build_turn(spec), device, peaks, "turn")
         if engine is not None:
             async with contextlib.aclosing(_pieces(engine, "Hello there.", None, None)) as warm:
                 async for _ in warm:  # one stream end to end: phonemizer and batcher paths warm
                     pass
-        server = EngineServer(engine, path, asr)
-        server.peaks = {k: v for k, v in peaks.items() if (k == "tts" and engine) or (k == "asr" and asr)}
+        server = EngineServer(engine, path, asr, turn)
+        server.peaks = {k: v for k, v in peaks.items()
+                        if (k == "tts" and engine) or (k == "asr" and asr) or (k == "turn" and turn)}
         await server.start()
         hosted = [f"tts={engine.name}"] if engine is not None else []
         hosted += ["asr=parakeet"] if asr is not None else []
+        hosted += [f"turn=smart-turn-v3 on {turn.device}"] if turn is not None else []
         log.info("engine ready: %s on %s in %.1f s (pid %d)", " ".join(hosted) or "nothing", path,
                  time.monotonic() - t0, os.getpid())
         reporter = asyncio.create_task(report_load(server, report_s)) if report_s > 0 else None

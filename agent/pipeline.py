@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 from loguru import logger
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
-from pipecat.audio.turn.smart_turn.base_smart_turn import SmartTurnParams
+from pipecat.audio.turn.smart_turn.base_smart_turn import BaseSmartTurn, SmartTurnParams
 from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADParams
 from pipecat.observers.base_observer import BaseObserver
@@ -34,7 +34,7 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
 from agent.call_control import CallControl
 from agent.call_control import install as install_call_control
-from agent.config import CallConfig, Config
+from agent.config import CallConfig, Config, ConfigError
 from agent.fast_barge_in import FastBargeIn
 from agent.finished_text_stop import FinishedTextTurnAnalyzerStopStrategy
 from agent.input_audio_stop import InputAudioStop
@@ -242,6 +242,25 @@ def make_vad(config: Config) -> SileroVADAnalyzer:
     return SharedSileroVADAnalyzer(params=params)
 
 
+TURN_MODELS = ("onnx", "engine")
+
+
+def make_turn_analyzer(config: Config) -> BaseSmartTurn:
+    """smart-turn on this process's shared ONNX session, or batched in the engine process (``vad.turn_model``)."""
+    params = SmartTurnParams(stop_secs=config.vad.turn_fallback_secs)
+    if config.vad.turn_model == "engine":
+        from agent.engine_process import turn_socket
+        from agent.smart_turn.remote import RemoteSmartTurnAnalyzer
+
+        socket = turn_socket(config)
+        if not socket:
+            raise ConfigError('vad.turn_model = "engine" needs an engine process (server.engine_process = true)')
+        return RemoteSmartTurnAnalyzer(socket, params=params)
+    if config.vad.turn_model != "onnx":
+        raise ConfigError(f"vad.turn_model = {config.vad.turn_model!r}: expected one of {', '.join(TURN_MODELS)}")
+    return SharedSmartTurnAnalyzerV3(params=params)
+
+
 def make_turn_strategies(config: Config, speculation_stats: SpeculationStats | None = None) -> UserTurnStrategies:
     """End of turn: smart-turn with a short silence fallback, or plain VAD silence.
 
@@ -265,7 +284,7 @@ def make_turn_strategies(config: Config, speculation_stats: SpeculationStats | N
         timeout_cls = SpeculativeSpeechTimeoutStopStrategy if triggers else SpeechTimeoutUserTurnStopStrategy
         stop = [timeout_cls(user_speech_timeout=config.vad.turn_fallback_secs, **spec)]
     else:
-        analyzer = SharedSmartTurnAnalyzerV3(params=SmartTurnParams(stop_secs=config.vad.turn_fallback_secs))
+        analyzer = make_turn_analyzer(config)
         finished = config.vad.turn_finished_text_secs
         finished_secs = finished if finished >= 0 else None
         # Whisper and Moonshine transcribe per VAD segment: the turn must wait for its last segment's text.

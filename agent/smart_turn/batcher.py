@@ -1,0 +1,125 @@
+"""One smart-turn model per process, scoring every pending request in one batched call.
+
+``TurnBatcher.predict(audio)`` (16 kHz float32, any length) queues the request and returns the probability
+that the turn is complete. One task drains the queue: whatever is pending when the model is free goes in
+one batch (at most ``max_batch``, padded up to the next bucket size so the device sees a few shapes), run in
+a worker thread so the event loop keeps serving. While a batch runs, new requests gather for the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from agent.smart_turn.features import SAMPLES, last_window
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass
+class TurnStats:
+    requests: int = 0
+    batches: int = 0
+    busy_s: float = 0.0  # wall time of the batched model calls
+    batch_sizes: dict[int, int] = field(default_factory=dict)
+
+
+def bucket(n: int, max_batch: int) -> int:
+    """The smallest bucket size that holds ``n`` requests (``max_batch`` past the largest)."""
+    return next((b for b in BUCKETS if b >= n and b <= max_batch), max_batch)
+
+
+class TurnBatcher:
+    """smart-turn v3 on ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``), batched (see the module docstring)."""
+
+    def __init__(self, model=None, device: str = "cpu", max_batch: int = 64, dtype: str = "float32"):
+        import torch
+
+        from agent.smart_turn.features import LogMel
+        from agent.smart_turn.onnx_weights import load_model
+
+        self.torch = torch
+        self.device = torch.device(device)
+        self.dtype = getattr(torch, dtype)
+        self.model = (model or load_model()).to(self.device, self.dtype).eval()
+        self.features = LogMel(self.device)
+        self.max_batch = max_batch
+        self.stats = TurnStats()
+        self._pending: list[tuple[np.ndarray, asyncio.Future]] = []
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._staging = torch.zeros((max_batch, SAMPLES), dtype=torch.float32,
+                                    pin_memory=self.device.type == "cuda")
+
+    def score(self, windows: np.ndarray) -> np.ndarray:
+        """Probabilities for ``[B, 128000]`` windows (blocking; the batch as it is, no padding)."""
+        torch = self.torch
+        n = windows.shape[0]
+        self._staging[:n].copy_(torch.from_numpy(windows))
+        with torch.inference_mode():
+            audio = self._staging[:n].to(self.device, non_blocking=True)
+            probs = self.model(self.features(audio).to(self.dtype))
+            return probs.float().cpu().numpy()
+
+    def warm(self) -> None:
+        """One call per bucket: the device's kernels chosen and its memory reserved before the first caller."""
+        for b in BUCKETS:
+            if b <= self.max_batch:
+                self.score(np.zeros((b, SAMPLES), np.float32))
+
+    async def predict(self, audio: np.ndarray) -> float:
+        """The probability that the turn in ``audio`` (16 kHz float32, its last 8 s count) is complete."""
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done():
+            self._wake = asyncio.Event()
+            self._task = loop.create_task(self._run())
+        future: asyncio.Future = loop.create_future()
+        self._pending.append((last_window(audio), future))
+        self.stats.requests += 1
+        assert self._wake is not None
+        self._wake.set()
+        return await future
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                batch = [(w, f) for w, f in self._pending[: self.max_batch] if not f.done()]
+                del self._pending[: self.max_batch]
+                if not batch:
+                    continue
+                n = len(batch)
+                windows = np.zeros((bucket(n, self.max_batch), SAMPLES), np.float32)
+                for i, (w, _) in enumerate(batch):
+                    windows[i] = w
+                t0 = time.perf_counter()
+                try:
+                    probs = await asyncio.to_thread(self.score, windows)
+                except Exception as exc:  # every waiter of this batch hears why; the batcher goes on
+                    for _, f in batch:
+                        if not f.done():
+                            f.set_exception(exc)
+                    continue
+                finally:
+                    self.stats.busy_s += time.perf_counter() - t0
+                self.stats.batches += 1
+                self.stats.batch_sizes[n] = self.stats.batch_sizes.get(n, 0) + 1
+                for (_, f), p in zip(batch, probs[:n], strict=True):
+                    if not f.done():
+                        f.set_result(float(p))
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for _, f in self._pending:
+            if not f.done():
+                f.cancel()
+        self._pending.clear()

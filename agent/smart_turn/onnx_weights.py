@@ -1,0 +1,119 @@
+"""smart-turn v3's weights out of pipecat's QDQ int8 ONNX file, as a float state dict for ``SmartTurnV3``.
+
+The export keeps the float parameters that were not quantized (layer norms, positions, most biases) under
+their PyTorch names; the quantized ones are ``DequantizeLinear`` nodes over int8 / int32 initializers,
+some under exporter names (``val_25``). Those are folded here, ``(q - zero_point) * scale`` per channel,
+and named by the graph: a MatMul or Gemm is the linear layer whose bias its output is added to, and the
+one projection without a bias in a layer (Whisper's ``k_proj``) is the MatMul that reads that layer's
+``self_attn_layer_norm`` output without one. The activations' fake quantization is not reproduced:
+the torch model runs the weights in float (``tests/test_smart_turn_torch.py`` bounds the difference).
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+BUNDLED = ("pipecat.audio.turn.smart_turn.data", "smart-turn-v3.2-cpu.onnx")
+_Q = ("QuantizeLinear", "DequantizeLinear")
+
+
+def bundled_path() -> Path:
+    """pipecat's bundled smart-turn v3.2 file."""
+    return Path(str(resources.files(BUNDLED[0]).joinpath(BUNDLED[1])))
+
+
+class SmartTurnWeightsError(ValueError):
+    """The ONNX file is not a smart-turn v3 export this converter understands."""
+
+
+def _dequantize(q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, axis: int) -> np.ndarray:
+    q = q.astype(np.float64)
+    zero = np.zeros(()) if zero is None else zero.astype(np.float64)
+    scale = scale.astype(np.float64)
+    if scale.ndim == 1 and scale.size > 1:
+        shape = [1] * q.ndim
+        shape[axis % q.ndim] = scale.size
+        scale, zero = scale.reshape(shape), (zero.reshape(shape) if zero.ndim == 1 else zero)
+    return ((q - zero) * scale).astype(np.float32)
+
+
+def load_state_dict(path: str | Path | None = None) -> dict[str, np.ndarray]:
+    """The float state dict (``SmartTurnV3`` names) of the ONNX file at ``path`` (default: pipecat's bundled one)."""
+    import onnx
+    from onnx import numpy_helper
+
+    path = Path(path) if path else bundled_path()
+    try:
+        graph = onnx.load(str(path)).graph
+    except Exception as exc:  # a truncated or foreign file: say which
+        raise SmartTurnWeightsError(f"{path}: not a readable ONNX file ({type(exc).__name__}: {exc})") from exc
+    const = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    for node in graph.node:  # fold the weights' DequantizeLinear nodes (all their inputs are initializers)
+        if node.op_type == "DequantizeLinear" and all(i in const for i in node.input if i):
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+            zero = const[node.input[2]] if len(node.input) > 2 and node.input[2] else None
+            const[node.output[0]] = _dequantize(const[node.input[0]], const[node.input[1]], zero, axis)
+    consumers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    def through_qdq(name: str) -> list:
+        """The nodes reading ``name``, looking through the activations' Quantize/Dequantize pairs."""
+        out = []
+        for node in consumers.get(name, []):
+            out.extend(through_qdq(node.output[0]) if node.op_type in _Q else [node])
+        return out
+
+    state: dict[str, np.ndarray] = {}
+    for name, value in const.items():  # float parameters kept under their PyTorch names
+        if name.startswith("inner.") and value.dtype == np.float32 and not re.search(r"_(scale|zero_point)$", name):
+            state[name.removeprefix("inner.").removesuffix("_DequantizeLinear_Output")] = value
+    layer_norm_out: dict[str, str] = {}  # a layer's self_attn_layer_norm output -> "encoder.layers.N"
+    for node in graph.node:
+        if node.op_type == "LayerNormalization":
+            m = re.match(r"inner\.(encoder\.layers\.\d+)\.self_attn_layer_norm\.weight$", node.input[1])
+            if m:
+                layer_norm_out[node.output[0]] = m.group(1)
+    for node in graph.node:
+        if node.op_type == "MatMul" and node.input[1] in const:
+            bias = [n.input[1] for n in through_qdq(node.output[0]) if n.op_type == "Add" and n.input[1] in const]
+            if bias:
+                prefix = bias[0].removeprefix("inner.").removesuffix(".bias")
+            else:
+                source = node.input[0].removesuffix("_DequantizeLinear_Output")
+                if source not in layer_norm_out:
+                    raise SmartTurnWeightsError(f"{path}: MatMul {node.name or node.output[0]} has no bias and "
+                                                "does not read a self-attention layer norm")
+                prefix = layer_norm_out[source] + ".self_attn.k_proj"
+            state[prefix + ".weight"] = np.ascontiguousarray(const[node.input[1]].T)
+        elif node.op_type == "Gemm":
+            prefix = node.input[2].removeprefix("inner.").removesuffix(".bias")
+            state[prefix + ".weight"] = const[node.input[1]]
+            state[prefix + ".bias"] = const[node.input[2]]
+        elif node.op_type == "Conv":
+            prefix = node.input[1].removeprefix("inner.").removesuffix(".weight_DequantizeLinear_Output")
+            state[prefix + ".weight"] = const[node.input[1]]
+            state[prefix + ".bias"] = const[node.input[2]]
+    for key in [k for k in state if k.endswith("_quantized")]:
+        del state[key]
+    return state
+
+
+def load_model(path: str | Path | None = None):  # -> SmartTurnV3
+    """``SmartTurnV3`` with the ONNX file's weights (strict: every parameter present, nothing extra)."""
+    import torch
+
+    from agent.smart_turn.model import SmartTurnV3
+
+    model = SmartTurnV3()
+    state = {k: torch.from_numpy(np.array(v)) for k, v in load_state_dict(path).items()}
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise SmartTurnWeightsError(f"{path or bundled_path()}: the weights do not fit smart-turn v3: {exc}") from exc
+    return model.eval()
