@@ -54,8 +54,11 @@ async def trial(caller: LoopbackCaller, question: str, interruption: str, delay_
     asked = await caller.say(pcm8k(question))
     first = None
     deadline = time.monotonic() + 20.0
-    while (first := caller.first_voiced_after(asked.last)) is None and time.monotonic() < deadline:
+    while ((first := caller.first_voiced_after(asked.last)) is None and time.monotonic() < deadline
+           and not caller.closed.is_set()):
         await asyncio.sleep(0.02)
+    if first is None and caller.closed.is_set():  # the admission gate refused the call (load) or it failed
+        return {**row, "counted": False, "why": f"call closed by the server ({caller.close_code}): {caller.close_reason}"}
     if first is None:
         return {**row, "counted": False, "why": "no answer within 20 s"}
     await asyncio.sleep(max(0.0, first + delay_s - time.monotonic()))
