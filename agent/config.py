@@ -97,6 +97,9 @@ class VADConfig:
     # (agent/smart_turn). If the engine cannot answer within 1 s, the turn is scored here on ONNX instead.
     turn_model: str = "onnx"
     turn_device: str = "cuda"
+    # Its weights: empty = pipecat's bundled smart-turn v3.2 ONNX file; or another v3 ONNX export, or a .npz written
+    # by `python -m agent.smart_turn.onnx_weights OUT.npz` (for an engine machine without the onnx package or pipecat).
+    turn_weights: str = ""
     # Silence after which the turn ends even if smart-turn judged the sentence unfinished.
     turn_fallback_secs: float = 0.8
     # A turn smart-turn judged unfinished whose newest final transcript reads as a finished sentence

@@ -41,7 +41,7 @@ def engine_spec(config: Config, hosts: tuple[str, ...] = ("tts", "asr")) -> dict
     if "asr" in hosts and config.asr.engine == "parakeet":
         spec["asr"] = dataclasses.asdict(config.asr)
     if "turn" in hosts and config.vad.turn_model == "engine":
-        spec["turn"] = {"device": config.vad.turn_device}
+        spec["turn"] = {"device": config.vad.turn_device, "weights": config.vad.turn_weights}
     if "tts" not in hosts:
         return spec
     tts = dataclasses.asdict(config.tts)

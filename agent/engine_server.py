@@ -71,7 +71,8 @@ def build_turn(spec: dict[str, Any]) -> Any:
     from agent.smart_turn.batcher import TurnBatcher
 
     options = spec["turn"]
-    batcher = TurnBatcher(device=options.get("device", "cpu"), max_batch=int(options.get("max_batch", 64)))
+    batcher = TurnBatcher(device=options.get("device", "cpu"), max_batch=int(options.get("max_batch", 64)),
+                          weights=options.get("weights", ""))
     batcher.warm()
     return batcher
 

@@ -240,6 +240,9 @@ SETS=(--set "admission.max_sessions=$MAX_LEVEL" --set admission.queue_size=0 --s
 [ "${KOKORO_GRAPHS:-1}" = 0 ] && SETS+=(--set tts.kokoro_cuda_graphs=false)
 [ "${KOKORO_TEXT_GRAPHS:-1}" = 0 ] && SETS+=(--set tts.kokoro_text_graphs=false)
 [ -n "${KOKORO_DTYPE:-}" ] && SETS+=(--set "tts.kokoro_dtype=$KOKORO_DTYPE")
+# TURN_MODEL=engine: smart-turn batched on the GPU in the engine process that hosts Parakeet (agent/smart_turn),
+# its weights from .cascade/smart_turn_v3.npz (bench/wheels_cascade.sh writes it: the image has no onnx package).
+[ "${TURN_MODEL:-onnx}" = engine ] && SETS+=(--set vad.turn_model=engine --set vad.turn_weights=.cascade/smart_turn_v3.npz)
 # SERVE_SETS: more cadence serve overrides, comma-separated (an A/B arm's knobs), e.g.
 # SERVE_SETS=audio.forward_input_past_turn=false,phone.input_frame_ms=40
 IFS=, read -r -a EXTRA_SETS <<< "${SERVE_SETS:-}"

@@ -36,7 +36,8 @@ def bucket(n: int, max_batch: int) -> int:
 class TurnBatcher:
     """smart-turn v3 on ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``), batched (see the module docstring)."""
 
-    def __init__(self, model=None, device: str = "cpu", max_batch: int = 64, dtype: str = "float32"):
+    def __init__(self, model=None, device: str = "cpu", max_batch: int = 64, dtype: str = "float32",
+                 weights: str = ""):
         import torch
 
         from agent.smart_turn.features import LogMel
@@ -45,7 +46,7 @@ class TurnBatcher:
         self.torch = torch
         self.device = torch.device(device)
         self.dtype = getattr(torch, dtype)
-        self.model = (model or load_model()).to(self.device, self.dtype).eval()
+        self.model = (model or load_model(weights or None)).to(self.device, self.dtype).eval()
         self.features = LogMel(self.device)
         self.max_batch = max_batch
         self.stats = TurnStats()

@@ -27,14 +27,31 @@ def last_window(audio: np.ndarray) -> np.ndarray:
     return out
 
 
+def mel_filters(n_mels: int = 80, sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.ndarray:
+    """Whisper's Slaney-normalized triangular mel filters, ``[n_mels, n_fft // 2 + 1]`` (transformers'
+    ``mel_filter_bank(..., norm="slaney", mel_scale="slaney")``; the engine process needs no pipecat)."""
+    def to_mel(f: np.ndarray) -> np.ndarray:
+        f = np.atleast_1d(np.asarray(f, np.float64))
+        return np.where(f >= 1000.0, 15.0 + np.log(np.maximum(f, 1e-9) / 1000.0) * (27.0 / np.log(6.4)), 3.0 * f / 200.0)
+
+    def to_hz(m: np.ndarray) -> np.ndarray:
+        return np.where(m >= 15.0, 1000.0 * np.exp(np.log(6.4) / 27.0 * (m - 15.0)), 200.0 * m / 3.0)
+
+    edges = to_hz(np.linspace(to_mel(0.0)[0], to_mel(sample_rate / 2)[0], n_mels + 2))
+    bins = np.linspace(0, sample_rate // 2, n_fft // 2 + 1)
+    slopes = edges[None, :] - bins[:, None]
+    down = -slopes[:, :-2] / np.diff(edges)[:-1]
+    up = slopes[:, 2:] / np.diff(edges)[1:]
+    filters = np.maximum(0.0, np.minimum(down, up)) * (2.0 / (edges[2:] - edges[:-2]))[None, :]
+    return filters.T
+
+
 class LogMel:
     """Log-mel features ``[B, 80, 800]`` of ``[B, 128000]`` audio, on ``device``."""
 
     def __init__(self, device: torch.device | str = "cpu"):
-        from pipecat.audio.turn.smart_turn._whisper_features import _MEL_FILTERS
-
         self.device = torch.device(device)
-        self.filters = torch.as_tensor(np.asarray(_MEL_FILTERS).T, dtype=torch.float32, device=self.device)
+        self.filters = torch.as_tensor(mel_filters(), dtype=torch.float32, device=self.device)
         self.window = torch.hann_window(N_FFT, periodic=True, dtype=torch.float32, device=self.device)
 
     def __call__(self, audio: torch.Tensor) -> torch.Tensor:

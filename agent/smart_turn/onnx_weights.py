@@ -104,16 +104,44 @@ def load_state_dict(path: str | Path | None = None) -> dict[str, np.ndarray]:
     return state
 
 
+def save_npz(out: str | Path, path: str | Path | None = None) -> Path:
+    """The converted weights, float32, as a compressed ``.npz`` (15 MB: the int8 weights' few distinct values per
+    channel deflate well): for a machine without the ``onnx`` package or pipecat (the H200 image)."""
+    out = Path(out)
+    np.savez_compressed(out, **load_state_dict(path))
+    return out
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path) as data:
+            return {k: data[k].astype(np.float32) for k in data.files}
+    except Exception as exc:
+        raise SmartTurnWeightsError(f"{path}: not a readable .npz of weights ({type(exc).__name__}: {exc})") from exc
+
+
 def load_model(path: str | Path | None = None):  # -> SmartTurnV3
-    """``SmartTurnV3`` with the ONNX file's weights (strict: every parameter present, nothing extra)."""
+    """``SmartTurnV3`` with the weights of ``path``: an ONNX export (default: pipecat's bundled file) or a ``.npz``
+    from ``save_npz`` (strict: every parameter present, nothing extra)."""
     import torch
 
     from agent.smart_turn.model import SmartTurnV3
 
     model = SmartTurnV3()
-    state = {k: torch.from_numpy(np.array(v)) for k, v in load_state_dict(path).items()}
+    raw = _read_npz(Path(path)) if path and str(path).endswith(".npz") else load_state_dict(path)
+    state = {k: torch.from_numpy(np.array(v)) for k, v in raw.items()}
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         raise SmartTurnWeightsError(f"{path or bundled_path()}: the weights do not fit smart-turn v3: {exc}") from exc
     return model.eval()
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Write smart-turn v3's weights as a .npz (save_npz).")
+    parser.add_argument("out", help="the .npz to write")
+    parser.add_argument("--onnx", default="", help="the ONNX export (default: pipecat's bundled smart-turn v3.2)")
+    args = parser.parse_args()
+    print(save_npz(args.out, args.onnx or None))

@@ -144,3 +144,26 @@ async def test_concurrent_requests_share_one_call_and_score_as_alone(model):
     assert np.allclose(together, alone, atol=1e-4)
     assert batcher.stats.requests == len(clips) and batcher.stats.batches <= 2  # the first alone, the rest together
     assert max(batcher.stats.batch_sizes) >= len(clips) - 1
+
+
+def test_the_npz_form_loads_the_same_model_and_a_bad_one_is_refused(model, tmp_path):
+    """The .npz (for the H200 image, which has neither onnx nor pipecat) scores as the ONNX-loaded model."""
+    from agent.smart_turn.onnx_weights import save_npz
+
+    path = save_npz(tmp_path / "smart_turn.npz")
+    assert path.stat().st_size < 20_000_000
+    again = load_model(path)
+    x = LogMel()(torch.from_numpy(last_window(framed(speech16k("conf-getpin"))))[None])
+    with torch.inference_mode():
+        assert abs(float(again(x)[0]) - float(model(x)[0])) < 1e-6
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    with pytest.raises(SmartTurnWeightsError, match="bad.npz"):
+        load_model(tmp_path / "bad.npz")
+
+
+def test_the_mel_filters_are_whispers():
+    from pipecat.audio.turn.smart_turn._whisper_features import _MEL_FILTERS
+
+    from agent.smart_turn.features import mel_filters
+
+    assert np.abs(mel_filters() - _MEL_FILTERS.T).max() < 1e-12

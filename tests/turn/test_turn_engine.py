@@ -155,7 +155,7 @@ def test_the_engine_process_that_hosts_the_model():
     assert turn_host(config, ("tts", "asr")) and not turn_host(config, ("tts",), index=1)
     config.asr.engine, config.server.asr_engine_process = "parakeet", True
     assert turn_host(config, ("asr",)) and not turn_host(config, ("tts",))
-    assert engine_spec(config, ("asr", "turn"))["turn"] == {"device": "cuda:1"}
+    assert engine_spec(config, ("asr", "turn"))["turn"] == {"device": "cuda:1", "weights": ""}
     assert "turn" not in engine_spec(config, ("asr",))
     config.vad.turn_model = "onnx"
     assert not turn_host(config, ("asr",)) and "turn" not in engine_spec(config, ("asr", "turn"))
