@@ -337,8 +337,10 @@ async def serve(spec: dict[str, Any], path: str, memory_fraction: float = 0.0, d
                 async for _ in warm:  # one stream end to end: phonemizer and batcher paths warm
                     pass
         server = EngineServer(engine, path, asr, turn)
-        server.peaks = {k: v for k, v in peaks.items()
-                        if (k == "tts" and engine) or (k == "asr" and asr) or (k == "turn" and turn)}
+        server.peaks = {k: v for k, v in peaks.items() if (k == "tts" and engine) or (k == "asr" and asr)}
+        if turn is not None and (asr is not None or engine is not None):  # smart-turn lives in that stage's share
+            host = "asr" if asr is not None else "tts"
+            server.peaks[host] = server.peaks.get(host, 0) + peaks.get("turn", 0)
         await server.start()
         hosted = [f"tts={engine.name}"] if engine is not None else []
         hosted += ["asr=parakeet"] if asr is not None else []

@@ -34,6 +34,7 @@ REALTIME = (
     "tests/reliability/test_workers.py",
     "tests/bot/test_transcripts.py", "tests/bot/test_tool_flow.py",
     "tests/parakeet/test_speculative_llm.py", "tests/gputts/test_engine_process.py",
+    "tests/turn/test_turn_engine.py",  # a real-time phone call through cadence serve
 )
 REALTIME_UNIT = "realtime"
 REALTIME_WORKER = "gw0"
