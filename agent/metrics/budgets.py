@@ -5,6 +5,12 @@ Every sample beyond its stage's budget is counted at once (``breach_samples``). 
 is compared with the budget: a stage whose window tail is out of budget is *in breach*; it
 is logged at most once per window and counted in ``breach_windows``. ``overload_reason``
 names the stages in breach, for the admission gate.
+
+A window's judged tail is never its single worst sample: below ~100 samples the p99 of a window is its
+maximum, so one cold first inference (a 621 ms final against a 600 ms budget, the first minute of a quiet
+2-core server) refused every caller for a minute. With n >= 3 samples the judged tail is the p99, or the
+second-worst sample where that is lower (the p1 or the second-best for a ratio); a tail out of budget takes
+two slow samples or the slowest 1%.
 """
 
 from __future__ import annotations
@@ -36,6 +42,15 @@ class BudgetState:
         tail = "p1" if self.stage.higher_is_better else "p99"
         cmp = "<" if self.stage.higher_is_better else ">"
         return f"{self.stage.name} {tail} {self.tail:.4g}{unit} {cmp} budget {self.limit:.4g}{unit}"
+
+
+def judged_percentile(n: int, higher_is_better: bool) -> float:
+    """The percentile a window of ``n`` samples is judged at: p99 (p1 for a ratio), but never its single worst
+    sample once there are 3 or more (the second worst, at numpy-style interpolation, is rank n - 2)."""
+    if n < 3:
+        return 1.0 if higher_is_better else 99.0
+    spare = 100.0 / (n - 1)  # one rank of the interpolated order statistics, in percent
+    return max(1.0, spare) if higher_is_better else min(99.0, 100.0 - spare)
 
 
 class BudgetMonitor:
@@ -71,7 +86,7 @@ class BudgetMonitor:
         for name, state in self.states.items():
             hist = self.metrics.histograms[name]
             state.samples = hist.count(now)
-            state.tail = hist.percentile(1.0 if state.stage.higher_is_better else 99.0, now)
+            state.tail = hist.percentile(judged_percentile(state.samples, state.stage.higher_is_better), now)
             state.in_breach = (state.samples >= self.min_samples and state.tail is not None
                                and state.beyond(state.tail))
             if state.in_breach:

@@ -61,3 +61,29 @@ def test_ratio_budget_uses_the_low_tail_and_min_samples() -> None:
     monitor.evaluate()
     st = monitor.states["output_rt_ratio"]
     assert st.in_breach and st.tail < 1.2 and st.breach_samples == 4  # p1 is one of the slow replies
+
+
+def test_one_slow_sample_in_a_small_window_is_not_a_breach_two_are() -> None:
+    """A quiet server's first minute: one cold final over budget among a few must not refuse callers for a
+    minute (the p99 of a small window is its maximum); a second slow one is a tail, and breaches."""
+    metrics, monitor, clock = make(asr_final_p99_ms=600.0, min_samples=5)
+    for value in (621.0, 310.0, 280.0, 295.0, 300.0, 305.0):
+        clock.t += 2.0
+        metrics.record("asr_final", value)
+    assert monitor.overload_reason() is None
+    st = monitor.states["asr_final"]
+    assert st.breach_samples == 1 and st.tail is not None and st.tail < 600.0
+    clock.t += 2.0
+    metrics.record("asr_final", 640.0)
+    clock.t += 2.0
+    reason = monitor.overload_reason()
+    assert reason is not None and "asr_final p99" in reason
+
+
+def test_the_judged_percentile_drops_only_the_worst_sample_and_is_p99_past_100() -> None:
+    from agent.metrics.budgets import judged_percentile
+
+    assert judged_percentile(2, False) == 99.0 and judged_percentile(2, True) == 1.0
+    assert judged_percentile(5, False) == 75.0 and judged_percentile(5, True) == 25.0  # rank 3 of 0..4
+    assert judged_percentile(101, False) == 99.0 and judged_percentile(1000, False) == 99.0
+    assert judged_percentile(1000, True) == 1.0
