@@ -37,14 +37,18 @@ class TurnHost:
         self._tasks: set[asyncio.Task] = set()
 
     def handle(self, header: dict, payload: bytes) -> None:
-        task = asyncio.create_task(self._answer(header.get("id"), np.frombuffer(payload, dtype="<f4")))
+        task = asyncio.create_task(self._answer(header.get("id"), payload))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _answer(self, rid: Any, audio: np.ndarray) -> None:
+    async def _answer(self, rid: Any, payload: bytes) -> None:
+        """One request's reply; a malformed one gets an ``error`` for its id, and the connection goes on."""
         try:
-            if audio.size == 0:
-                raise ValueError("a turn request without audio")
+            if not payload or len(payload) % 4:
+                raise ValueError(f"a turn request needs float32 samples, got {len(payload)} bytes")
+            audio = np.frombuffer(payload, dtype="<f4")
+            if not np.isfinite(audio).all():
+                raise ValueError("a turn request with samples that are not finite")
             probability = await self.batcher.predict(audio)
         except Exception as exc:
             self._send({"op": "error", "id": rid, "message": f"{type(exc).__name__}: {exc}"})

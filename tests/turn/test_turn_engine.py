@@ -188,3 +188,20 @@ def test_a_call_through_cadence_serve_has_its_turns_scored_by_the_engine_process
     served = [int(m) for m in re.findall(r"turn requests (\d+)", log)]
     assert sum(served) >= 1, log[-3000:]
     assert "scoring on this CPU" not in log
+
+
+async def test_a_malformed_request_gets_its_error_and_the_connection_goes_on(engine):
+    conn = await Connection.open(engine, 2.0)
+    try:
+        replies = []
+        for payload in (b"abc", b"", np.array([np.nan] * 1600, "<f4").tobytes(),
+                        np.zeros(16000, "<f4").tobytes()):
+            rid = conn.next_id()
+            with conn.inbox(rid) as inbox:
+                conn.send({"op": "turn", "id": rid}, payload)
+                replies.append((await asyncio.wait_for(inbox.get(), 10.0))[0])
+    finally:
+        await conn.aclose()
+    assert [r["op"] for r in replies] == ["error", "error", "error", "reply"]
+    assert "3 bytes" in replies[0]["message"] and "0 bytes" in replies[1]["message"]
+    assert "not finite" in replies[2]["message"] and 0.0 <= replies[3]["probability"] <= 1.0
