@@ -152,3 +152,28 @@ def test_create_engine_selects_kokoro():
 
 async def _collect(engine, text: str) -> list[bytes]:
     return [piece async for piece in engine.synthesize_stream(text)]
+
+
+async def test_a_batch_that_runs_out_of_device_memory_is_split_and_every_caller_still_heard(engine, monkeypatch):
+    """Run 57: a batch of 64 ran out of Kokoro's GPU share and failed all 64 callers' clauses. A batch the device has
+    no memory for is now synthesized in halves; a single clause that cannot fit fails alone."""
+    import torch
+
+    real = engine.batcher.model.synthesize
+    sizes: list[int] = []
+
+    def tight(items, **kwargs):  # a device that holds at most two clauses at a time
+        sizes.append(len(items))
+        if len(items) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (test)")
+        return real(items, **kwargs)
+
+    monkeypatch.setattr(engine.batcher.model, "synthesize", tight)
+    texts = [f"Caller {n} asks about the order." for n in range(5)]
+    splits = engine.batcher.stats.oom_splits
+    with engine.batcher.held():
+        tasks = [asyncio.ensure_future(_collect(engine, t)) for t in texts]
+        await _wait(lambda: engine.batcher.pending == len(texts))
+    outputs = await asyncio.gather(*tasks)
+    assert all(len(out) == 1 and len(out[0]) > 0 for out in outputs)
+    assert sizes == [5, 2, 3, 1, 2] and engine.batcher.stats.oom_splits - splits == 2  # 5 -> 2 + 3 -> 2 + (1 + 2)

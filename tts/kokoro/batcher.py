@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,6 +53,7 @@ class BatcherStats:
     last_batch: int = 0
     max_batch: int = 0
     batch_sizes: Counter = field(default_factory=Counter)
+    oom_splits: int = 0  # batches split in halves because the device ran out of memory
 
 
 class SynthesisBatcher:
@@ -187,6 +189,29 @@ class SynthesisBatcher:
         with torch.cuda.stream(torch.cuda.Stream(dev) if dev.type == "cuda" else None):
             self._serve()
 
+    def _synthesize(self, batch: list) -> list[tuple[Any, BaseException | None]]:
+        """(audio, error) per ticket. A batch the device has no memory for is split in halves and each half tried
+        again (run 57: an eager batch of 64 past the captured buckets ran out of Kokoro's share at the start of a
+        128-caller level and failed all 64 callers' clauses); any other failure fails this tick's callers only."""
+        try:
+            result = self.model.synthesize([t.utterance for t in batch], frame_bucket=self.frame_bucket)
+        except torch.OutOfMemoryError as exc:
+            if len(batch) == 1:
+                logger.error(f"kokoro: one clause does not fit the device's memory: {exc}")
+                return [(None, exc)]
+            if self.model.device.type == "cuda":
+                torch.cuda.empty_cache()
+            self.stats.oom_splits += 1
+            half = len(batch) // 2
+            logger.warning(f"kokoro: a batch of {len(batch)} ran out of device memory; split in {half} + "
+                           f"{len(batch) - half}")
+            return self._synthesize(batch[:half]) + self._synthesize(batch[half:])
+        except Exception as exc:  # fail this tick's callers, keep serving the others
+            logger.exception(f"kokoro batch of {len(batch)} failed")
+            return [(None, exc)] * len(batch)
+        self.stats.audio_s += sum(len(a) for a in result.audio) / self.model.sample_rate
+        return [(audio, None) for audio in result.audio]
+
     def _serve(self) -> None:
         while True:
             with self._cond:
@@ -197,14 +222,7 @@ class SynthesisBatcher:
                 batch = self._take()
                 self._in_flight = len(batch)
             start = time.perf_counter()
-            try:
-                result = self.model.synthesize([t.utterance for t in batch], frame_bucket=self.frame_bucket)
-            except Exception as exc:  # fail this tick's callers, keep serving the others
-                logger.exception(f"kokoro batch of {len(batch)} failed")
-                outcomes = [(None, exc)] * len(batch)
-            else:
-                outcomes = [(audio, None) for audio in result.audio]
-                self.stats.audio_s += sum(len(a) for a in result.audio) / self.model.sample_rate
+            outcomes = self._synthesize(batch)
             self.stats.busy_s += time.perf_counter() - start
             self.stats.ticks += 1
             self.stats.utterances += len(batch)
