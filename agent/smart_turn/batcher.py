@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agent.smart_turn.features import SAMPLES, last_window
+from agent.smart_turn.features import SAMPLES
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -38,7 +38,10 @@ class TurnBatcher:
 
     def __init__(self, model=None, device: str = "cpu", max_batch: int = 64, dtype: str = "float32",
                  weights: str = ""):
-        import torch
+        try:
+            import torch
+        except ImportError as exc:
+            raise ImportError('vad.turn_model = "engine" needs torch: pip install "cadence[parakeet]"') from exc
 
         from agent.smart_turn.features import LogMel
         from agent.smart_turn.onnx_weights import load_model
@@ -50,27 +53,35 @@ class TurnBatcher:
         self.features = LogMel(self.device)
         self.max_batch = max_batch
         self.stats = TurnStats()
-        self._pending: list[tuple[np.ndarray, asyncio.Future]] = []
+        self._pending: list[tuple[np.ndarray, asyncio.Future]] = []  # (16 kHz audio, its probability)
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._staging = torch.zeros((max_batch, SAMPLES), dtype=torch.float32,
                                     pin_memory=self.device.type == "cuda")
 
-    def score(self, windows: np.ndarray) -> np.ndarray:
-        """Probabilities for ``[B, 128000]`` windows (blocking; the batch as it is, no padding)."""
+    def score(self, audios, rows: int = 0) -> np.ndarray:
+        """Probabilities for each 16 kHz float32 audio of ``audios`` (its last 8 s, zeros in front), run as a batch
+        of ``rows`` (>= len(audios); the extra rows are silence). Blocking. Each audio is written once, straight
+        into the pinned staging buffer: no padded host copy per request or per batch."""
         torch = self.torch
-        n = windows.shape[0]
-        self._staging[:n].copy_(torch.from_numpy(windows))
+        n = len(audios)
+        rows = max(rows, n)
+        staging = self._staging
+        for i, audio in enumerate(audios):
+            audio = np.asarray(audio, dtype=np.float32).reshape(-1)[-SAMPLES:]
+            staging[i, : SAMPLES - audio.size].zero_()
+            staging[i, SAMPLES - audio.size:].copy_(torch.from_numpy(audio))
+        staging[n:rows].zero_()
         with torch.inference_mode():
-            audio = self._staging[:n].to(self.device, non_blocking=True)
+            audio = staging[:rows].to(self.device, non_blocking=True)
             probs = self.model(self.features(audio).to(self.dtype))
-            return probs.float().cpu().numpy()
+            return probs.float().cpu().numpy()[:n]
 
     def warm(self) -> None:
         """One call per bucket: the device's kernels chosen and its memory reserved before the first caller."""
         for b in BUCKETS:
             if b <= self.max_batch:
-                self.score(np.zeros((b, SAMPLES), np.float32))
+                self.score([], rows=b)
 
     async def predict(self, audio: np.ndarray) -> float:
         """The probability that the turn in ``audio`` (16 kHz float32, its last 8 s count) is complete."""
@@ -79,7 +90,7 @@ class TurnBatcher:
             self._wake = asyncio.Event()
             self._task = loop.create_task(self._run())
         future: asyncio.Future = loop.create_future()
-        self._pending.append((last_window(audio), future))
+        self._pending.append((audio, future))
         self.stats.requests += 1
         assert self._wake is not None
         self._wake.set()
@@ -96,12 +107,9 @@ class TurnBatcher:
                 if not batch:
                     continue
                 n = len(batch)
-                windows = np.zeros((bucket(n, self.max_batch), SAMPLES), np.float32)
-                for i, (w, _) in enumerate(batch):
-                    windows[i] = w
                 t0 = time.perf_counter()
                 try:
-                    probs = await asyncio.to_thread(self.score, windows)
+                    probs = await asyncio.to_thread(self.score, [a for a, _ in batch], bucket(n, self.max_batch))
                 except Exception as exc:  # every waiter of this batch hears why; the batcher goes on
                     for _, f in batch:
                         if not f.done():
