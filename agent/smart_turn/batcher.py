@@ -66,6 +66,8 @@ class TurnBatcher:
         torch = self.torch
         n = len(audios)
         rows = max(rows, n)
+        if rows > self.max_batch:
+            raise ValueError(f"a batch of {rows} exceeds this batcher's max_batch of {self.max_batch}")
         staging = self._staging
         for i, audio in enumerate(audios):
             audio = np.asarray(audio, dtype=np.float32).reshape(-1)[-SAMPLES:]
