@@ -51,7 +51,8 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         url = (args.url or f"http://{config.server.host}:{config.server.port}").rstrip("/")
         popts = PhoneRampOptions(url=url, ramp=levels, warmup_s=args.warmup, hold_s=args.hold,
                                  max_wait_s=args.max_wait, refine=not args.no_refine, all_levels=args.all_levels,
-                                 metrics_url=(args.metrics_url or "").rstrip("/"))
+                                 metrics_url=(args.metrics_url or "").rstrip("/"),
+                                 records_dir=str(out_dir) if args.records else "")
         meta["options"] = vars(popts) | {"ramp": list(levels)}
         title = f"Cadence capacity over the phone line ({url})"
 
@@ -181,6 +182,9 @@ def register(sub: Any) -> None:
     p.add_argument("--prompts", type=Path, help="phone transport: a prompt pack (.npz of 8 kHz mu-law; default: "
                                                 "the Debian Asterisk prompts and espeak-ng questions)")
     p.add_argument("--all-levels", action="store_true", help="run every level of --levels, past failures too")
+    p.add_argument("--records", action="store_true",
+                   help="phone transport: write each level's caller timelines (every chunk, mark, clear and prompt "
+                        "time) to OUT_DIR/records-N.json.gz, to read a failed level turn by turn")
     p.add_argument("--write-config", type=Path,
                    help="TOML file to write the cap into (default: --config, else ./cadence-capacity.toml)")
     p.set_defaults(func=friendly(cmd_capacity))

@@ -16,7 +16,8 @@
 #  5. `cadence capacity --transport phone`: synthetic phone callers over /phone/ws on loopback, real
 #     recorded prompts, 20 ms mu-law both ways in real time, every level of LEVELS -> capacity.json
 #     (written after every level), capacity.png, cadence-capacity.toml.
-# $OUT gets at most 8 files: capacity.json, capacity.png, cadence-capacity.toml, llm_alone.json,
+# $OUT gets capacity.json, capacity.png, cadence-capacity.toml, llm_alone.json, records-N.json.gz (each level's
+# caller timelines: cadence capacity --records),
 # summary.txt, logs.tar.gz (every log), nvidia-smi.csv and compile_cache.tar (bench/compile_cache.sh: carry
 # ".compile_cache" in the next call to skip the compiles this one did).
 # Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS
@@ -282,7 +283,7 @@ say "cadence serve ready; $(left) s left"
 CAP_T=$(($(left) - 20))
 timeout "$CAP_T" "$PY" -m agent.cli capacity --config examples/gpu.toml --transport phone \
   --url "http://127.0.0.1:$PORT" --metrics-url "http://127.0.0.1:$MPORT" --prompts .cascade/prompts.npz --levels "$LEVELS" --warmup "$WARMUP" \
-  --hold "$HOLD" --max-wait "$MAX_WAIT" --all-levels --no-refine --out-dir "$OUT" \
+  --hold "$HOLD" --max-wait "$MAX_WAIT" --all-levels --no-refine --records --out-dir "$OUT" \
   --write-config "$OUT/cadence-capacity.toml" 2>&1 | tee "$LOGS/capacity.log" \
   | grep -E "phone callers|capacity:|results|error" | tee -a "$OUT/summary.txt"
 curl -s "http://127.0.0.1:$MPORT/metrics" > "$LOGS/metrics-final.txt"

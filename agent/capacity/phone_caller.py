@@ -86,6 +86,7 @@ class PhoneCallRecord:
     refused: str | None = None
     close_code: int | None = None
     late_sends: int = 0  # frames the ticker sent more than 20 ms after their slot (caller-side stalls)
+    hold: tuple[float, float] = (0.0, 0.0)  # the level's judged window (steady_from, stop_at)
 
 
 class PhoneCaller:
@@ -186,13 +187,15 @@ class PhoneCaller:
             self.record.speech_ends.append(at)
 
     def _ready_to_speak(self, now: float) -> bool:
-        """The first prompt, or the last reply has played (plus a pause), or it never came."""
+        """The first prompt, or the reply has played (plus a pause: a reply that stalls that long loses the
+        floor), or no reply came within ``max_wait_s``. A reply still flowing is never talked over because
+        it is long: ``max_wait_s`` counts only while nothing has come."""
         eos = self._eos
         if eos is None:
             return True
-        if now >= eos + self.max_wait_s:
-            return True
-        return self._last_arrival >= eos and now >= max(self._play_end, self._last_arrival) + self.pause_s
+        if self._last_arrival < eos:
+            return now >= eos + self.max_wait_s
+        return now >= max(self._play_end, self._last_arrival) + self.pause_s
 
     # -- receiving -----------------------------------------------------------------------------
     async def _receive(self) -> None:

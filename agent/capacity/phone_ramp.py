@@ -18,12 +18,15 @@ rule is judged on the server's ``output_rt_ratio`` (TTS audio reaching the trans
 from __future__ import annotations
 
 import asyncio
+import gzip
+import json
 import random
 import re
 import time
 from bisect import bisect_left
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 from loguru import logger
@@ -50,6 +53,9 @@ class PhoneRampOptions:
     # Where /metrics, /metrics/reset, /health and /ready are read; empty: ``url``. With
     # ``cadence serve --workers N`` it is the parent's summing listener (server.metrics_listen).
     metrics_url: str = ""
+    # Where each level's caller timelines go (records-<N>.json.gz: every chunk, mark, clear and prompt time of
+    # every caller, with the hold's bounds); empty: not written. A failed level is then read turn by turn.
+    records_dir: str = ""
 
     @property
     def scrape_url(self) -> str:
@@ -71,15 +77,32 @@ class PhoneTurn:
     lateness_ms: tuple[float, ...]
 
 
-def chunk_replies(chunks: list[tuple[float, float, bool]], marks: list[tuple[float, str]]) -> list[str | None]:
-    """The reply each chunk belongs to: Cadence sends a reply's marks after its audio on the same socket, so a
-    chunk is part of the reply named by the first mark that arrives at or after it (None: no such mark)."""
-    named = [(at, m.group(1)) for at, name in marks if (m := REPLY_MARK.match(name))]
-    times = [at for at, _ in named]
+def chunk_replies(chunks: list[tuple[float, float, bool]], marks: list[tuple[float, str]],
+                  clears: Sequence[float] = ()) -> list[str | None]:
+    """The reply each chunk belongs to. Cadence sends a reply's marks after its audio on the same socket, so a
+    chunk is part of the reply named by the first mark that arrives at or after it, unless a ``clear`` comes
+    first: the reply was cut before its next mark, and the chunk is the cut reply's (the one its last mark
+    before the chunk named, or, with no such mark since the previous clear or end mark, a reply of its own,
+    ``cut<k>``). None: no mark and no clear after it (the call ended)."""
+    named = [(at, m.group(1), name.endswith("-end")) for at, name in marks if (m := REPLY_MARK.match(name))]
+    times = [at for at, _, _ in named]
+    cuts = sorted(clears)
     out: list[str | None] = []
     for at, _, _ in chunks:
         k = bisect_left(times, at)
-        out.append(named[k][1] if k < len(named) else None)
+        c = bisect_left(cuts, at)
+        next_clear = cuts[c] if c < len(cuts) else float("inf")
+        if k < len(named) and named[k][0] <= next_clear:
+            out.append(named[k][1])
+        elif c == len(cuts):
+            out.append(None)
+        else:  # cut by clear c before the reply's next mark
+            prev_clear = cuts[c - 1] if c > 0 else float("-inf")
+            before = named[k - 1] if k > 0 else None
+            if before is not None and not before[2] and before[0] > prev_clear:
+                out.append(before[1])
+            else:
+                out.append(f"cut{c}")
     return out
 
 
@@ -89,7 +112,7 @@ def phone_turns(record: PhoneCallRecord) -> list[PhoneTurn]:
     pause, so the caller spoke again, and then went on: it answers an earlier prompt, not this one)."""
     chunks = sorted(record.chunks)
     marks = sorted(record.marks)
-    replies_of = chunk_replies(chunks, marks)
+    replies_of = chunk_replies(chunks, marks, record.clears)
     began: dict[str, float] = {}  # each named reply's first chunk
     for (at, _, _), r in zip(chunks, replies_of, strict=True):
         if r is not None:
@@ -260,7 +283,16 @@ async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions,
     if ticker.late_ticks:
         logger.info(f"capacity: the callers' ticker missed {ticker.late_ticks}/{ticker.ticks} slots "
                     f"(max lag {ticker.max_lag_s * 1000:.0f} ms)")
+    for r in records:  # the judged window travels with the timelines (write_records)
+        r.hold = (steady_from, stop_at)
     return result, list(records)
+
+
+def write_records(path: Path, records: list[PhoneCallRecord]) -> None:
+    """Every caller's timeline of one level, gzipped JSON (``json.load(gzip.open(path))``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        json.dump([asdict(r) for r in records], f)
 
 
 PRINTED_STAGES = ("asr_final", "turn_end", "turn_model", "llm_first_token", "tts_first_audio")  # the per-turn server tails
@@ -294,7 +326,9 @@ async def find_phone_capacity(corpus: list[Prompt], opts: PhoneRampOptions, budg
     n = pending.pop(0) if pending else next_level(levels, ramp, opts.refine)
     while n is not None:
         logger.info(f"capacity: {n} phone callers for {opts.warmup_s:.0f} + {opts.hold_s:.0f} s")
-        level, _records = await run_phone_level(corpus, n, opts, budgets)
+        level, records = await run_phone_level(corpus, n, opts, budgets)
+        if opts.records_dir:
+            write_records(Path(opts.records_dir) / f"records-{n}.json.gz", records)
         levels.append(level)
         print(describe_phone(level), flush=True)
         if on_level is not None:

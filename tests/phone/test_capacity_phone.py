@@ -9,7 +9,7 @@ import sys
 import time
 
 from agent.capacity.corpus import phone_prompts, read_ulaw_pack, recorded_prompts, write_ulaw_pack
-from agent.capacity.phone_caller import FRAME_S, PhoneCallRecord, Prompt, audible
+from agent.capacity.phone_caller import FRAME_S, PhoneCallRecord, PhoneCaller, Prompt, audible
 from agent.capacity.phone_ramp import judge_phone_level, phone_turns
 from agent.config import BudgetsConfig
 from testkit.servers import ROOT
@@ -103,6 +103,40 @@ def test_the_rest_of_a_stalled_reply_does_not_answer_the_next_prompt():
     # a server that names no replies: every chunk after the prompt counts, as before
     rec.marks = []
     assert abs(phone_turns(rec)[1].first_audio_ms - 50.0) < 1e-6
+
+
+def test_a_reply_cut_by_a_clear_before_its_next_mark_stays_its_own():
+    """The caller talks over r1: its chunks after r1's last mark are cleared before any r1 mark follows. They
+    are r1's, not the next reply's (r2's first mark is the next to arrive), so prompt 2 is answered by r2
+    (timeline of a CPU run at 2 callers, --max-wait 2.5, that counted such a prompt unanswered)."""
+    rec = PhoneCallRecord(0, speech_starts=[0.0, 2.28, 7.12], speech_ends=[1.0, 4.60, 8.72])
+    r1 = [1.11 + 0.02 * i for i in range(60)]  # 1.11-2.29 s; marks at 1.51 and 2.01, cleared at 2.32
+    r2 = [5.63 + 0.02 * i for i in range(78)]  # 5.63-7.17 s; marks at 6.02, 6.53, 7.02, cleared at 7.20
+    r3 = [10.54 + 0.02 * i for i in range(36)]
+    rec.chunks = [(at, FRAME_S, True) for at in r1 + r2 + r3]
+    rec.marks = [(1.51, "r0-500"), (2.01, "r0-1000"), (6.02, "r1-500"), (6.53, "r1-1000"), (7.02, "r1-1500"),
+                 (10.94, "r2-500"), (11.30, "r2-720-end")]
+    rec.clears = [2.32, 7.20]
+    turns = phone_turns(rec)
+    assert [t.replies for t in turns] == [1, 1, 1]
+    assert [round(t.first_audio_ms) for t in turns] == [110, 1030, 1820]
+    heard = sum(at < 7.12 for at in r2) * FRAME_S  # r2 until prompt 3 began, nothing of r1
+    assert abs(turns[1].audio_s - heard) < 1e-9
+    # a reply cut before its first mark is a reply of its own, not the previous one's nor the next one's
+    rec.marks = [(1.51, "r0-500"), (2.30, "r0-1180-end"), (10.94, "r2-500"), (11.30, "r2-720-end")]
+    rec.clears = [7.20]
+    turns = phone_turns(rec)
+    assert [round(t.first_audio_ms) for t in turns] == [110, 1030, 1820] and turns[1].replies == 1
+
+
+def test_caller_waits_out_a_long_reply_but_not_a_missing_one():
+    """``max_wait_s`` ends a wait for a reply that never came; a reply still playing is heard out (runs 58-59:
+    7.5 s replies cut by an 8 s wait were counted as barge-ins)."""
+    c = PhoneCaller("ws://x", 0, [], stop_at=100.0, max_wait_s=8.0, pause_s=0.6)
+    c._eos = 10.0
+    assert not c._ready_to_speak(17.9) and c._ready_to_speak(18.0)  # nothing came: speak after 8 s
+    c._last_arrival, c._play_end = 16.0, 19.0  # the reply began at 16 s and plays until 19 s
+    assert not c._ready_to_speak(18.5) and not c._ready_to_speak(19.5) and c._ready_to_speak(19.6)
 
 
 def test_prompt_without_speech_is_refused():
