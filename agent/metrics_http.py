@@ -64,7 +64,7 @@ def install(server) -> ServerMetrics:  # server: agent.serve.CadenceServer
 
 # Phone transport figures -> stages (output_chunk_lateness is already recorded by the observer).
 PHONE_STAGES = {"output_pacer_lateness_ms": "phone_pacer_lateness", "output_underrun_gap_ms": "phone_underrun_gap",
-                "barge_in_clear_ms": "barge_in_clear"}
+                "barge_in_clear_ms": "barge_in_clear", "input_lag_ms": "phone_input_lag"}
 
 
 def _export_phone_stats(stages: StageMetrics) -> None:

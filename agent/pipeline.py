@@ -55,6 +55,7 @@ from agent.speculative_turn import (
     SpeculativeTurnAnalyzerStopStrategy,
     parse_triggers,
 )
+from agent.timed_vad import TimedVADProcessor
 from agent.tool_calls import ToolCallStyle, register_tools
 from agent.transcripts import CallTranscript
 from agent.vad_batcher import BatchedSileroVADAnalyzer
@@ -228,6 +229,14 @@ class Engines:
         raise ValueError(f"unknown asr.engine {asr.engine!r} (whisper, moonshine, parakeet)")
 
 
+def make_vad_processor(config: Config) -> VADProcessor:
+    """The VAD stage; it reports how late it hears the caller's audio where the transport stamps its arrival (the
+    phone line: stage ``phone_input_lag``)."""
+    from transports.phone.stats import PHONE_STATS
+
+    return TimedVADProcessor(vad_analyzer=make_vad(config), on_lag=PHONE_STATS.input_lag)
+
+
 def make_vad(config: Config) -> SileroVADAnalyzer:
     """Silero VAD on the process's shared ONNX session (a caller's connect costs no model load).
 
@@ -368,7 +377,7 @@ def build_worker(
             transport.input(),
             *pre_stages,
             *([FastBargeIn()] if fast_barge_in else []),
-            VADProcessor(vad_analyzer=make_vad(config)),
+            make_vad_processor(config),
             stt,
             aggregators.user(),
             *([] if config.audio.forward_input_past_turn else [InputAudioStop()]),

@@ -295,7 +295,7 @@ def write_records(path: Path, records: list[PhoneCallRecord]) -> None:
         json.dump([asdict(r) for r in records], f)
 
 
-PRINTED_STAGES = ("asr_final", "turn_end", "turn_model", "llm_first_token", "tts_first_audio")  # the per-turn server tails
+PRINTED_STAGES = ("phone_input_lag", "asr_final", "turn_end", "turn_model", "llm_first_token", "tts_first_audio")  # the per-turn server tails
 
 
 def describe_phone(level: LevelResult) -> str:

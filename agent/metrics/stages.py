@@ -43,6 +43,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("phone_pacer_lateness", "phone: how late the pacer sent a 20 ms media message"),
     Stage("phone_underrun_gap", "phone: silence the caller heard inside a reply"),
     Stage("barge_in_clear", "phone: caller speech onset -> clear sent"),
+    Stage("phone_input_lag", "phone: caller audio's arrival -> the VAD analyzed it (every 5th frame)"),
     Stage("event_loop_lag", "event loop: how late a 50 ms timer fires"),
     Stage("gc_pause", "garbage collector pause"),
 )

@@ -9,7 +9,7 @@ import sys
 import time
 
 from agent.capacity.corpus import phone_prompts, read_ulaw_pack, recorded_prompts, write_ulaw_pack
-from agent.capacity.phone_caller import FRAME_S, PhoneCallRecord, PhoneCaller, Prompt, audible
+from agent.capacity.phone_caller import FRAME_S, PhoneCaller, PhoneCallRecord, Prompt, audible
 from agent.capacity.phone_ramp import judge_phone_level, phone_turns
 from agent.config import BudgetsConfig
 from testkit.servers import ROOT
@@ -40,6 +40,8 @@ def test_two_phone_callers_against_a_real_server(tmp_path, phone_server):
     # the server's windows were reset at the hold and read at its end
     assert level["stage_tails"]["asr_final"] is not None and level["stage_tails"]["first_audio"] is not None
     assert 0 < level["stage_medians"]["first_audio"] <= level["stage_tails"]["first_audio"]
+    # how late the VAD heard the callers' audio (socket arrival -> analyzed): measured, and far under a second
+    assert 0 < level["stage_medians"]["phone_input_lag"] <= level["stage_tails"]["phone_input_lag"] < 1000
     # both callers were real calls on the server; nothing is left connected
     assert len(calls["recent"]) >= 2 and not calls["active"]
     assert len({c["stream_sid"] for c in calls["recent"]}) >= 2

@@ -22,6 +22,7 @@ from pipecat.frames.frames import CancelFrame, EndFrame, InputAudioRawFrame, Inp
 from pipecat.transports.base_input import BaseInputTransport
 from pipecat.transports.base_transport import TransportParams
 
+from transports import ARRIVED
 from transports.input_rate import RealTimeBudget
 from transports.phone.barge_in import BargeInDetector
 from transports.phone.codec import InboundDecoder
@@ -98,7 +99,9 @@ class PhoneInputTransport(BaseInputTransport):
                 return
             frame = bytes(self._pending)
             self._pending.clear()  # the buffer is kept: no new allocation per frame
-        await self.push_audio_frame(InputAudioRawFrame(audio=frame, sample_rate=self.sample_rate, num_channels=1))
+        audio = InputAudioRawFrame(audio=frame, sample_rate=self.sample_rate, num_channels=1)
+        audio.metadata[ARRIVED] = time.monotonic()  # agent.timed_vad: how late the VAD hears it
+        await self.push_audio_frame(audio)
 
     async def _stop_receiving(self) -> None:
         if self._task is not None:

@@ -10,7 +10,8 @@ importing any metrics library::
 Names: ``output_chunk_lateness_ms`` (every paced chunk but the first of a spurt: sent minus its
 slot, whatever the cause), ``output_pacer_lateness_ms`` (the part after the chunk was ready: the
 transport's own stalls), ``output_underrun_gap_ms`` (silence the caller heard mid-reply), ``barge_in_clear_ms`` (caller
-speech detected -> ``clear`` on the wire), ``protocol_error`` (value: close code).
+speech detected -> ``clear`` on the wire), ``input_lag_ms`` (caller audio's arrival -> the VAD analyzed it, sampled),
+``protocol_error`` (value: close code).
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ class PhoneStats:
     def barge_in(self, ms: float) -> None:
         self.barge_in_ms.append(ms)
         self._emit("barge_in_clear_ms", ms)
+
+    def input_lag(self, ms: float) -> None:
+        """Caller audio: its arrival on the socket -> the VAD analyzed it (``agent.timed_vad``)."""
+        self._emit("input_lag_ms", ms)
 
     def protocol_error(self, code: int) -> None:
         self.protocol_errors[code] += 1
