@@ -113,7 +113,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 0
     from agent.server_factory import make_server
 
-    apply_switch_interval(config.runtime.gil_switch_interval_ms, config.asr.engine, config.asr.device)
+    apply_switch_interval(config.runtime.gil_switch_interval_ms, config.asr.engine, config.asr.device,
+                          batcher_here=not config.server.engine_process)
     server = make_server(config)
     server.worker_index = args.worker_index
     server.bot = bot

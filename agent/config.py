@@ -289,9 +289,9 @@ class GPUConfig:
 class RuntimeConfig:
     uvloop: bool = True
     gc_freeze: bool = True
-    # Python's GIL hand-off interval in ms; 0 = auto: 0.5 when Parakeet streams on CUDA (the batcher's
-    # worker thread and the event loop share the GIL; 512 H200 callers went from p99 final 56 to 36 ms),
-    # otherwise Python's default (5 ms)
+    # Python's GIL hand-off interval in ms; 0 = auto: 0.5 in the process where Parakeet streams on CUDA (the
+    # batcher's worker thread and the event loop share the GIL; 512 H200 callers went from p99 final 56 to 36 ms),
+    # otherwise Python's default (5 ms): with server.engine_process the session processes keep the default
     gil_switch_interval_ms: float = 0.0
 
 

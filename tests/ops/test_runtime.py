@@ -39,6 +39,8 @@ def test_gil_switch_interval_is_shortened_only_for_gpu_streaming() -> None:
     from agent.runtime import apply_switch_interval, switch_interval_ms
 
     assert switch_interval_ms(0, "parakeet", "cuda:0") == 0.5
+    assert switch_interval_ms(0, "parakeet", "cuda:0", batcher_here=False) is None  # its engine process has it
+    assert switch_interval_ms(0.5, "parakeet", "cuda:0", batcher_here=False) == 0.5  # as configured
     assert switch_interval_ms(0, "whisper", "cpu") is None
     assert switch_interval_ms(0, "parakeet", "cpu") is None
     assert switch_interval_ms(2.0, "whisper", "cpu") == 2.0
