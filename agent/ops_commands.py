@@ -169,7 +169,9 @@ def register(sub: Any) -> None:
     p.add_argument("--levels", default="1,2,4,8,16,32,64", help="concurrency ramp (default: 1,2,4,...,64)")
     p.add_argument("--hold", type=float, default=45.0, help="seconds each level is judged (default 45)")
     p.add_argument("--warmup", type=float, default=10.0, help="seconds to reach steady state (default 10)")
-    p.add_argument("--max-wait", type=float, default=15.0, help="a reply later than this is unanswered")
+    p.add_argument("--max-wait", type=float, default=15.0,
+                   help="a reply that has not begun this long after the caller's end of speech is unanswered (a "
+                        "reply that began is heard out)")
     p.add_argument("--no-refine", action="store_true", help="do not bisect between the knee and the failure")
     p.add_argument("--out-dir", type=Path, default=Path("capacity-results"), help="where the JSON and PNG go")
     p.add_argument("--transport", choices=("inprocess", "phone"), default="inprocess",

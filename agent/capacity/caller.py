@@ -22,6 +22,7 @@ from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import BaseTransport, TransportParams
 
 from agent.capacity.corpus import Utterance
+from agent.capacity.phone_caller import LONGEST_REPLY_S
 from transports.file_transport import CallScript, FileInputTransport
 
 RunCaller = Callable[[BaseTransport, str], Awaitable[None]]
@@ -128,7 +129,10 @@ async def _take_turns(script: CallScript, ear: ListeningOutput, record: CallReco
         deadline = eos + max_wait_s
         while ear.last_arrival < eos and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        # The reply is over once playback has ended and nothing new came for ``pause_s``.
+        # The reply is over once playback has ended and nothing new came for ``pause_s``; a reply that came is
+        # heard out however long it is (up to LONGEST_REPLY_S more), as a phone caller does.
+        if ear.last_arrival >= eos:
+            deadline += LONGEST_REPLY_S
         while time.monotonic() < deadline:
             done_at = max(ear.play_end, ear.last_arrival) + pause_s
             if ear.last_arrival >= eos and time.monotonic() >= done_at:

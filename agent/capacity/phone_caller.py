@@ -89,6 +89,10 @@ class PhoneCallRecord:
     hold: tuple[float, float] = (0.0, 0.0)  # the level's judged window (steady_from, stop_at)
 
 
+# Past ``max_wait_s`` plus this, a caller speaks again even while a reply still flows (a stuck stream).
+LONGEST_REPLY_S = 60.0
+
+
 class PhoneCaller:
     """One caller's state machine; the shared ``Ticker`` calls ``frame`` every 20 ms."""
 
@@ -195,6 +199,8 @@ class PhoneCaller:
             return True
         if self._last_arrival < eos:
             return now >= eos + self.max_wait_s
+        if now >= eos + self.max_wait_s + LONGEST_REPLY_S:  # a reply that never ends must not hold the level
+            return True
         return now >= max(self._play_end, self._last_arrival) + self.pause_s
 
     # -- receiving -----------------------------------------------------------------------------

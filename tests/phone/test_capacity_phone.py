@@ -9,7 +9,14 @@ import sys
 import time
 
 from agent.capacity.corpus import phone_prompts, read_ulaw_pack, recorded_prompts, write_ulaw_pack
-from agent.capacity.phone_caller import FRAME_S, PhoneCaller, PhoneCallRecord, Prompt, audible
+from agent.capacity.phone_caller import (
+    FRAME_S,
+    LONGEST_REPLY_S,
+    PhoneCaller,
+    PhoneCallRecord,
+    Prompt,
+    audible,
+)
 from agent.capacity.phone_ramp import judge_phone_level, phone_turns
 from agent.config import BudgetsConfig
 from testkit.servers import ROOT
@@ -139,6 +146,8 @@ def test_caller_waits_out_a_long_reply_but_not_a_missing_one():
     assert not c._ready_to_speak(17.9) and c._ready_to_speak(18.0)  # nothing came: speak after 8 s
     c._last_arrival, c._play_end = 16.0, 19.0  # the reply began at 16 s and plays until 19 s
     assert not c._ready_to_speak(18.5) and not c._ready_to_speak(19.5) and c._ready_to_speak(19.6)
+    c._play_end = 1000.0  # a stream that never ends does not hold the level: max_wait + LONGEST_REPLY_S at most
+    assert not c._ready_to_speak(10.0 + 8.0 + LONGEST_REPLY_S - 0.1) and c._ready_to_speak(10.0 + 8.0 + LONGEST_REPLY_S)
 
 
 def test_prompt_without_speech_is_refused():
