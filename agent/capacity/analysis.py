@@ -100,6 +100,7 @@ class LevelResult:
     server_ratio_p1: float | None = None  # the server's output_rt_ratio window p1 (producer headroom)
     gpu_memory_gib: dict[str, float] = field(default_factory=dict)  # stage -> measured GiB (from /metrics)
     caller_late_ticks: int = 0  # 20 ms sending slots the callers' own process missed
+    cpu_cores: dict[str, float] = field(default_factory=dict)  # the hold's server CPU per process group (phone)
 
 
 def judge_level(concurrency: int, records: list[CallRecord], steady_from: float, until: float,

@@ -33,6 +33,7 @@ from loguru import logger
 
 from agent.capacity.analysis import LevelResult, knee, next_level
 from agent.capacity.phone_caller import PhoneCallRecord, Prompt, Ticker, phone_call
+from agent.capacity.server_cpu import ServerCpu
 from agent.config import BudgetsConfig
 from agent.metrics.delivery import PlayoutTracker
 
@@ -256,18 +257,37 @@ async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions,
         return await phone_call(opts.ws_url, i, deal_prompts(corpus, i, turns, n), ticker, stop_at=stop_at,
                                 max_wait_s=opts.max_wait_s)
 
+    cpu: list = []  # [ServerCpu, its sample at the hold's start]
+
     async def reset_at_hold(http: httpx.AsyncClient) -> bool:
         await asyncio.sleep(max(0.0, steady_from - time.monotonic()))
         try:
             (await http.post(f"{opts.scrape_url}/metrics/reset")).raise_for_status()
-            return True
         except httpx.HTTPError as exc:
             logger.warning(f"capacity: cannot reset the server's metrics ({exc})")
             return False
+        try:
+            meter = ServerCpu.from_health((await http.get(f"{opts.scrape_url}/health")).json())
+            if meter is not None:  # (psutil reads /proc off the callers' loop: their 20 ms ticks keep time)
+                cpu.extend((meter, await asyncio.to_thread(meter.sample)))
+        except (httpx.HTTPError, ValueError) as exc:
+            logger.warning(f"capacity: no server CPU figures ({exc})")
+        return True
+
+    async def cpu_until_hold_end() -> dict[str, float]:
+        if not cpu:
+            return {}
+        meter, start = cpu
+        return ServerCpu.cores(start, await asyncio.to_thread(meter.sample))
 
     async with httpx.AsyncClient(timeout=30.0) as http:
         reset = asyncio.create_task(reset_at_hold(http))
-        records = await asyncio.gather(*(one(i) for i in range(n)))
+        hold_end = asyncio.create_task(asyncio.sleep(max(0.0, stop_at - time.monotonic())))
+        calls = asyncio.gather(*(one(i) for i in range(n)))
+        await hold_end  # the CPU is read over the hold itself: no connecting, no hang-ups
+        await reset
+        cores = await cpu_until_hold_end()
+        records = await calls
         # Read once every caller is done: the windows then hold every turn spoken in the hold, answers
         # included (callers start no turn after the hold, they only finish the one in flight).
         if await reset:
@@ -280,6 +300,7 @@ async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions,
     ticking.set()
     await ticker_task
     result = judge_phone_level(n, list(records), steady_from, stop_at, budgets, scraped)
+    result.cpu_cores = cores
     if ticker.late_ticks:
         logger.info(f"capacity: the callers' ticker missed {ticker.late_ticks}/{ticker.ticks} slots "
                     f"(max lag {ticker.max_lag_s * 1000:.0f} ms)")
@@ -312,7 +333,10 @@ def describe_phone(level: LevelResult) -> str:
             f"server p99 {stages}; server p50 {medians}; delivery p1 server {f(level.server_ratio_p1, 'x')} caller "
             f"{f(level.p99_ratio, 'x')}; lateness p99 {f(level.lateness_p99_ms, ' ms')}; "
             f"{level.answered_once}/{level.turns} answered once; event-loop lag p99 {f(tails.get('event_loop_lag'), ' ms')}"
-            + (f"; GPU GiB {mem}" if mem else "") + f" -> {verdict}")
+            + (f"; GPU GiB {mem}" if mem else "")
+            + (f"; server CPU cores {', '.join(f'{k} {v:.2f}' for k, v in level.cpu_cores.items())}"
+               if level.cpu_cores else "")
+            + f" -> {verdict}")
 
 
 async def find_phone_capacity(corpus: list[Prompt], opts: PhoneRampOptions, budgets: BudgetsConfig,

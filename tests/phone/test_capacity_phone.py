@@ -49,6 +49,9 @@ def test_two_phone_callers_against_a_real_server(tmp_path, phone_server):
     assert 0 < level["stage_medians"]["first_audio"] <= level["stage_tails"]["first_audio"]
     # how late the VAD heard the callers' audio (socket arrival -> analyzed): measured, and far under a second
     assert 0 < level["stage_medians"]["phone_input_lag"] <= level["stage_tails"]["phone_input_lag"] < 1000
+    # the hold's server CPU by process group: this one process serves the calls, its llama.cpp child the LLM
+    cores = level["cpu_cores"]
+    assert set(cores) == {"workers", "engines", "llm", "other"} and cores["workers"] > 0.02 and cores["llm"] > 0.0
     # both callers were real calls on the server; nothing is left connected
     assert len(calls["recent"]) >= 2 and not calls["active"]
     assert len({c["stream_sid"] for c in calls["recent"]}) >= 2
@@ -148,6 +151,20 @@ def test_caller_waits_out_a_long_reply_but_not_a_missing_one():
     assert not c._ready_to_speak(18.5) and not c._ready_to_speak(19.5) and c._ready_to_speak(19.6)
     c._play_end = 1000.0  # a stream that never ends does not hold the level: max_wait + LONGEST_REPLY_S at most
     assert not c._ready_to_speak(10.0 + 8.0 + LONGEST_REPLY_S - 0.1) and c._ready_to_speak(10.0 + 8.0 + LONGEST_REPLY_S)
+
+
+def test_server_cpu_groups_processes_by_what_they_run():
+    from agent.capacity.server_cpu import ServerCpu, _group
+
+    assert _group(["python", "-m", "agent.cli", "serve"], {7}, 7) == "workers"
+    assert _group(["python", "-m", "agent.engine_server", "--socket", "x"], {7}, 8) == "engines"
+    assert _group(["python", "-m", "transformers.cli.transformers", "serve"], {7}, 9) == "llm"
+    assert _group(["python", "-m", "agent.llama_serve"], {7}, 9) == "llm"
+    assert _group(["python", "-m", "agent.cli", "serve", "--workers", "8"], {7}, 1) == "other"  # the parent
+    before = (10.0, {"workers": 1.0, "engines": 0.5, "llm": 0.0, "other": 0.1})
+    after = (12.0, {"workers": 4.0, "engines": 1.5, "llm": 0.2, "other": 0.1})
+    assert ServerCpu.cores(before, after) == {"workers": 1.5, "engines": 0.5, "llm": 0.1, "other": 0.0}
+    assert ServerCpu.from_health({"pid": 2**22 + 12345}) is None  # not a process on this machine
 
 
 def test_prompt_without_speech_is_refused():

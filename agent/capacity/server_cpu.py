@@ -1,0 +1,78 @@
+"""Where a capacity level's server CPU went: the session workers, the engine processes, the LLM server.
+
+``cadence capacity`` runs next to the server it measures (loopback), so it can read the CPU time of the server's
+process tree: the parent named by ``/health`` and its descendants, grouped by what they run. Per level it reports
+cores (CPU seconds per wall second) per group; runs 60-62 needed ``top`` output to see that 8 session workers were
+at a core each. Without psutil, or for a server on another machine, there is nothing to report.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+GROUPS = ("workers", "engines", "llm", "other")
+
+
+def _group(cmdline: list[str], worker_pids: set[int], pid: int) -> str:
+    text = " ".join(cmdline)
+    if pid in worker_pids:
+        return "workers"
+    if "agent.engine_server" in text:
+        return "engines"
+    if any(k in text for k in ("transformers.cli", "transformers serve", "llama-server", "agent.llama_serve", "vllm")):
+        return "llm"
+    return "other"
+
+
+class ServerCpu:
+    """The CPU seconds of a local server's process tree, grouped (``GROUPS``; the parent counts as ``other``
+    unless it serves calls itself, as a single process does)."""
+
+    def __init__(self, parent_pid: int, worker_pids: set[int]):
+        import psutil
+
+        self._psutil = psutil
+        self.parent_pid = parent_pid
+        # a single process (no --workers) serves the calls itself: it is the one worker
+        self.worker_pids = worker_pids or {parent_pid}
+
+    @classmethod
+    def from_health(cls, health: dict[str, Any]) -> ServerCpu | None:
+        """From the server's ``/health`` body; None when psutil is missing or the pid is not on this machine."""
+        try:
+            import psutil
+        except ImportError:
+            return None
+        pid = health.get("pid")
+        if not isinstance(pid, int) or not psutil.pid_exists(pid):
+            return None
+        workers = {w["pid"] for w in health.get("workers", []) if isinstance(w.get("pid"), int)}
+        return cls(pid, workers)
+
+    def sample(self) -> tuple[float, dict[str, float]]:
+        """(monotonic time, CPU seconds per group) of the tree as it is now."""
+        psutil = self._psutil
+        totals = dict.fromkeys(GROUPS, 0.0)
+        try:
+            parent = psutil.Process(self.parent_pid)
+            procs = [parent, *parent.children(recursive=True)]
+        except psutil.Error:
+            return time.monotonic(), totals
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                group = _group(p.cmdline(), self.worker_pids, p.pid)
+            except psutil.Error:  # gone meanwhile
+                continue
+            totals[group] += t.user + t.system
+        return time.monotonic(), totals
+
+    @staticmethod
+    def cores(before: tuple[float, dict[str, float]], after: tuple[float, dict[str, float]]) -> dict[str, float]:
+        """Cores per group between two samples (a process that ended between them drops out of ``after``: its
+        group can read low, never high)."""
+        wall = after[0] - before[0]
+        if wall <= 0:
+            return {}
+        return {g: round(max(0.0, after[1][g] - before[1][g]) / wall, 3) for g in GROUPS}
