@@ -16,8 +16,8 @@
 #  5. `cadence capacity --transport phone`: synthetic phone callers over /phone/ws on loopback, real
 #     recorded prompts, 20 ms mu-law both ways in real time, every level of LEVELS -> capacity.json
 #     (written after every level), capacity.png, cadence-capacity.toml.
-# $OUT gets capacity.json, capacity.png, cadence-capacity.toml, llm_alone.json, records-N.json.gz (each level's
-# caller timelines: cadence capacity --records),
+# $OUT gets capacity.json, capacity.png, cadence-capacity.toml, llm_alone.json, records.tar (each level's caller
+# timelines, records-N.json.gz: cadence capacity --records),
 # summary.txt, logs.tar.gz (every log), nvidia-smi.csv and compile_cache.tar (bench/compile_cache.sh: carry
 # ".compile_cache" in the next call to skip the compiles this one did).
 # Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS
@@ -107,6 +107,10 @@ finish() {
   [ "${MPS_UP:-0}" = 1 ] && echo quit | nvidia-cuda-mps-control
   [ -n "${TOP_PID:-}" ] && pkill -P "$TOP_PID" 2>/dev/null
   [ -f "$LOGS/nvidia-smi.csv" ] && cp "$LOGS/nvidia-smi.csv" "$OUT/"
+  # a call returns at most 8 files: the levels' caller timelines travel as one
+  if ls "$OUT"/records-*.json.gz > /dev/null 2>&1; then
+    tar -cf "$OUT/records.tar" -C "$OUT" $(cd "$OUT" && ls records-*.json.gz) && rm -f "$OUT"/records-*.json.gz
+  fi
   tar -czf "$OUT/logs.tar.gz" -C /tmp cascade-logs 2>/dev/null
   type compile_cache_back > /dev/null 2>&1 && say "$(compile_cache_back "$OUT")"
   say "done; files: $(ls "$OUT" | tr '\n' ' ')"
