@@ -53,8 +53,9 @@ async def test_streams_first_clause_before_the_rest_is_synthesized(engine):
     before = engine.batcher.stats.utterances
     stream = engine.synthesize_stream(THREE_CLAUSES)
     first = await stream.__anext__()
-    # the first clause came back alone; the second is queued or running, the third not even asked for
-    assert engine.batcher.stats.utterances - before == 1
+    # the first clause came back with one clause of look-ahead: the second is queued, running or (on a loaded box,
+    # where this coroutine resumes late) done; the third is not even asked for until the second is taken
+    assert 1 <= engine.batcher.stats.utterances - before <= 2
     assert engine.batcher.pending + engine.batcher.in_flight <= 1
     rest = [piece async for piece in stream]
     assert len(rest) == 2 and engine.batcher.stats.utterances - before == 3
