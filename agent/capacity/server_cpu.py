@@ -59,12 +59,16 @@ class ServerCpu:
             procs = [parent, *parent.children(recursive=True)]
         except psutil.Error:
             return time.monotonic(), totals
-        for p in procs:
+        groups: dict[int, str] = {}
+        for p in procs:  # parents before their children (psutil lists the tree top-down)
             try:
                 t = p.cpu_times()
                 group = _group(p.cmdline(), self.worker_pids, p.pid)
+                if group == "other" and p.pid != self.parent_pid:  # a helper process counts with its parent's group
+                    group = groups.get(p.ppid(), "other")
             except psutil.Error:  # gone meanwhile
                 continue
+            groups[p.pid] = group
             totals[group] += t.user + t.system
         return time.monotonic(), totals
 
