@@ -67,10 +67,7 @@ async def test_streams_first_clause_before_the_rest_is_synthesized(engine):
 async def test_concurrent_requests_share_one_tick(engine):
     texts = [f"Caller {n} asks about the order." for n in range(6)]
     ticks = engine.batcher.stats.ticks
-    with engine.batcher.held():
-        tasks = [asyncio.ensure_future(_collect(engine, t)) for t in texts]
-        await _wait(lambda: engine.batcher.pending == len(texts))
-    outputs = await asyncio.gather(*tasks)
+    outputs = await _in_one_tick(engine, texts)
     assert engine.batcher.stats.ticks == ticks + 1
     assert engine.batcher.stats.last_batch == len(texts)
     assert all(len(out) == 1 and len(out[0]) > 0 for out in outputs)
@@ -155,6 +152,14 @@ async def _collect(engine, text: str) -> list[bytes]:
     return [piece async for piece in engine.synthesize_stream(text)]
 
 
+async def _in_one_tick(engine, texts: list[str]) -> list[list[bytes]]:
+    """Each text's pieces, every first clause queued before the batcher may take any (one tick's batch)."""
+    with engine.batcher.held():
+        tasks = [asyncio.ensure_future(_collect(engine, t)) for t in texts]
+        await _wait(lambda: engine.batcher.pending == len(texts))
+    return await asyncio.gather(*tasks)
+
+
 async def test_a_batch_that_runs_out_of_device_memory_is_split_and_every_caller_still_heard(engine, monkeypatch):
     """Run 57: a batch of 64 ran out of Kokoro's GPU share and failed all 64 callers' clauses. A batch the device has
     no memory for is now synthesized in halves; a single clause that cannot fit fails alone."""
@@ -172,9 +177,6 @@ async def test_a_batch_that_runs_out_of_device_memory_is_split_and_every_caller_
     monkeypatch.setattr(engine.batcher.model, "synthesize", tight)
     texts = [f"Caller {n} asks about the order." for n in range(5)]
     splits = engine.batcher.stats.oom_splits
-    with engine.batcher.held():
-        tasks = [asyncio.ensure_future(_collect(engine, t)) for t in texts]
-        await _wait(lambda: engine.batcher.pending == len(texts))
-    outputs = await asyncio.gather(*tasks)
+    outputs = await _in_one_tick(engine, texts)
     assert all(len(out) == 1 and len(out[0]) > 0 for out in outputs)
     assert sizes == [5, 2, 3, 1, 2] and engine.batcher.stats.oom_splits - splits == 2  # 5 -> 2 + 3 -> 2 + (1 + 2)
