@@ -58,6 +58,7 @@ class TurnBatcher:
         self._task: asyncio.Task | None = None
         cuda = self.device.type == "cuda"
         self._staging = torch.zeros((max_batch, SAMPLES), dtype=torch.float32, pin_memory=cuda)
+        self._dirty_rows = 0  # rows of the staging buffer past which it is all zeros
         # A stream of its own, at high priority: a turn decision is on the path to the reply, and the process it
         # shares (streaming Parakeet's) keeps the default stream busy with encoder ticks (run 58: 50 ms a batch
         # in the cascade against 3-5 ms alone). Without it the batch queues behind whatever Parakeet launched.
@@ -73,11 +74,15 @@ class TurnBatcher:
         if rows > self.max_batch:
             raise ValueError(f"a batch of {rows} exceeds this batcher's max_batch of {self.max_batch}")
         staging = self._staging
+        dirty = self._dirty_rows = max(self._dirty_rows, n)  # (set first: a failed write still counts)
         for i, audio in enumerate(audios):
             audio = np.asarray(audio, dtype=np.float32).reshape(-1)[-SAMPLES:]
             staging[i, : SAMPLES - audio.size].zero_()
             staging[i, SAMPLES - audio.size:].copy_(torch.from_numpy(audio))
-        staging[n:rows].zero_()
+        # the padding rows are silence: zero only those an earlier, larger batch left audio in (a bucket's padding is
+        # up to half of it, 256 KB a row: not rewritten every call)
+        staging[n:min(rows, dirty)].zero_()
+        self._dirty_rows = n if dirty <= rows else dirty
         on_stream = torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
         with torch.inference_mode(), on_stream:
             audio = staging[:rows].to(self.device, non_blocking=True)

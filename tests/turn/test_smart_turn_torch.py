@@ -146,6 +146,21 @@ async def test_concurrent_requests_share_one_call_and_score_as_alone(model):
     assert max(batcher.stats.batch_sizes) >= len(clips) - 1
 
 
+def test_a_buckets_padding_is_silence_after_a_larger_batch_without_rewriting_it_every_call(model):
+    """Padding rows are zeroed only where an earlier, larger batch left audio (the staging buffer's rows are 256 KB),
+    and a padded batch scores each request as it scores alone."""
+    batcher = TurnBatcher(model, device="cpu", max_batch=8)
+    clips = [framed(speech16k(n)) for n in ("agent-pass", "conf-getpin", "vm-incorrect")]
+    staging = batcher._staging
+    batcher.score(clips * 2, rows=8)  # rows 0-5 hold audio
+    padded = batcher.score(clips[:1], rows=2)
+    assert float(staging[1].abs().max()) == 0.0 and float(staging[3].abs().max()) > 0.0  # row 3: past the bucket
+    batcher.score(clips[:2], rows=8)
+    assert float(staging[2:].abs().max()) == 0.0
+    alone = batcher.score(clips[:1], rows=1)
+    assert np.allclose(padded, alone, atol=1e-5)
+
+
 def test_the_npz_form_loads_the_same_model_and_a_bad_one_is_refused(model, tmp_path):
     """The .npz (for the H200 image, which has neither onnx nor pipecat) scores as the ONNX-loaded model."""
     from agent.smart_turn.onnx_weights import save_npz
