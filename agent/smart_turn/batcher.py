@@ -80,7 +80,7 @@ class TurnBatcher:
             staging[i, : SAMPLES - audio.size].zero_()
             staging[i, SAMPLES - audio.size:].copy_(torch.from_numpy(audio))
         # the padding rows are silence: zero only those an earlier, larger batch left audio in (a bucket's padding is
-        # up to half of it, 256 KB a row: not rewritten every call)
+        # up to half of it, 512 KB a row: not rewritten every call)
         staging[n:min(rows, dirty)].zero_()
         self._dirty_rows = n if dirty <= rows else dirty
         on_stream = torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()

@@ -147,7 +147,7 @@ async def test_concurrent_requests_share_one_call_and_score_as_alone(model):
 
 
 def test_a_buckets_padding_is_silence_after_a_larger_batch_without_rewriting_it_every_call(model):
-    """Padding rows are zeroed only where an earlier, larger batch left audio (the staging buffer's rows are 256 KB),
+    """Padding rows are zeroed only where an earlier, larger batch left audio (the staging buffer's rows are 512 KB),
     and a padded batch scores each request as it scores alone."""
     batcher = TurnBatcher(model, device="cpu", max_batch=8)
     clips = [framed(speech16k(n)) for n in ("agent-pass", "conf-getpin", "vm-incorrect")]
