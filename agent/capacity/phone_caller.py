@@ -86,7 +86,6 @@ class PhoneCallRecord:
     refused: str | None = None
     close_code: int | None = None
     late_sends: int = 0  # frames the ticker sent more than 20 ms after their slot (caller-side stalls)
-    hold: tuple[float, float] = (0.0, 0.0)  # the level's judged window (steady_from, stop_at)
 
 
 # Past ``max_wait_s`` plus this, a caller speaks again even while a reply still flows (a stuck stream).

@@ -239,8 +239,8 @@ def deal_prompts(corpus: list[Prompt], caller: int, turns: int, callers: int) ->
     return [corpus[(caller + k * callers) % len(corpus)] for k in range(turns)]
 
 
-async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions,
-                          budgets: BudgetsConfig) -> tuple[LevelResult, list[PhoneCallRecord]]:
+async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions, budgets: BudgetsConfig
+                          ) -> tuple[LevelResult, list[PhoneCallRecord], tuple[float, float]]:
     import httpx
 
     rng = random.Random(opts.seed * 1000 + n)
@@ -304,16 +304,15 @@ async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions,
     if ticker.late_ticks:
         logger.info(f"capacity: the callers' ticker missed {ticker.late_ticks}/{ticker.ticks} slots "
                     f"(max lag {ticker.max_lag_s * 1000:.0f} ms)")
-    for r in records:  # the judged window travels with the timelines (write_records)
-        r.hold = (steady_from, stop_at)
-    return result, list(records)
+    return result, list(records), (steady_from, stop_at)
 
 
-def write_records(path: Path, records: list[PhoneCallRecord]) -> None:
-    """Every caller's timeline of one level, gzipped JSON (``json.load(gzip.open(path))``)."""
+def write_records(path: Path, records: list[PhoneCallRecord], hold: tuple[float, float]) -> None:
+    """Every caller's timeline of one level and the judged window (``hold``: its start and end), gzipped JSON:
+    ``{"hold": [start, end], "callers": [record, ...]}`` (``json.load(gzip.open(path))``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt") as f:
-        json.dump([asdict(r) for r in records], f)
+        json.dump({"hold": list(hold), "callers": [asdict(r) for r in records]}, f)
 
 
 PRINTED_STAGES = ("phone_input_lag", "asr_final", "turn_end", "turn_model", "llm_first_token", "tts_first_audio")  # the per-turn server tails
@@ -350,9 +349,9 @@ async def find_phone_capacity(corpus: list[Prompt], opts: PhoneRampOptions, budg
     n = pending.pop(0) if pending else next_level(levels, ramp, opts.refine)
     while n is not None:
         logger.info(f"capacity: {n} phone callers for {opts.warmup_s:.0f} + {opts.hold_s:.0f} s")
-        level, records = await run_phone_level(corpus, n, opts, budgets)
+        level, records, hold = await run_phone_level(corpus, n, opts, budgets)
         if opts.records_dir:
-            write_records(Path(opts.records_dir) / f"records-{n}.json.gz", records)
+            write_records(Path(opts.records_dir) / f"records-{n}.json.gz", records, hold)
         levels.append(level)
         print(describe_phone(level), flush=True)
         if on_level is not None:

@@ -30,7 +30,7 @@ def test_two_phone_callers_against_a_real_server(tmp_path, phone_server):
     out = subprocess.run(
         [sys.executable, "-m", "agent.cli", "capacity", "--transport", "phone", "--url", srv["url"],
          "--prompts", str(pack), "--levels", "2", "--warmup", "2", "--hold", "10", "--max-wait", "20",
-         "--all-levels", "--out-dir", str(tmp_path / "out"), "--write-config", str(tmp_path / "cap.toml")],
+         "--all-levels", "--records", "--out-dir", str(tmp_path / "out"), "--write-config", str(tmp_path / "cap.toml")],
         cwd=ROOT, capture_output=True, text=True, timeout=180)
     took = time.monotonic() - t0
     calls = __import__("httpx").get(f"{srv['url']}/phone/calls").json()
@@ -56,6 +56,18 @@ def test_two_phone_callers_against_a_real_server(tmp_path, phone_server):
     assert len(calls["recent"]) >= 2 and not calls["active"]
     assert len({c["stream_sid"] for c in calls["recent"]}) >= 2
     assert any(t["transcript"] for c in calls["recent"] for t in c["turns"])  # the prompts were heard
+    # --records: the level's caller timelines, read back into phone_turns as the judge read them
+    import gzip
+
+    with gzip.open(tmp_path / "out" / "records-2.json.gz", "rt") as f:
+        saved = json.load(f)
+    start, end = saved["hold"]
+    assert len(saved["callers"]) == 2 and start < end
+    judged = [t for r in saved["callers"]
+              for t in phone_turns(PhoneCallRecord(**{k: [tuple(x) for x in v] if k in ("chunks", "marks") else v
+                                                      for k, v in r.items()}))
+              if start <= t.eos <= end]
+    assert len(judged) == level["turns"] and all(t.first_audio_ms is not None for t in judged)
 
 
 def test_prompt_pack_round_trip_and_end_of_speech(tmp_path):
