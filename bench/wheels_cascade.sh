@@ -54,7 +54,7 @@ if not paths:
 write_ulaw_pack(Path(".cascade/prompts.npz"), paths)
 print(f"{len(paths)} prompts -> .cascade/prompts.npz")
 P
-"${PY:-.venv/bin/python}" -m agent.smart_turn.onnx_weights .cascade/smart_turn_v3.npz  # TURN_MODEL=engine: 15 MB
+"${PY:-.venv/bin/python}" -m agent.smart_turn.onnx_weights .cascade/smart_turn_v3.npz  # TURN_MODEL=engine: 7.5 MB (int8 + scales)
 git rev-parse HEAD > .cascade/COMMIT
 git diff --quiet HEAD || echo "dirty" >> .cascade/COMMIT
 ls .whl | sed 's/-py.*//;s/-cp3.*//' | tr '\n' ' '; echo

@@ -163,10 +163,13 @@ def test_a_buckets_padding_is_silence_after_a_larger_batch_without_rewriting_it_
 
 def test_the_npz_form_loads_the_same_model_and_a_bad_one_is_refused(model, tmp_path):
     """The .npz (for the H200 image, which has neither onnx nor pipecat) scores as the ONNX-loaded model."""
-    from agent.smart_turn.onnx_weights import save_npz
+    from agent.smart_turn.onnx_weights import _read_npz, load_state_dict, save_npz
 
     path = save_npz(tmp_path / "smart_turn.npz")
-    assert path.stat().st_size < 20_000_000
+    assert path.stat().st_size < 9_000_000  # int8 weights with their scales, not 15 MB of float32
+    exact = load_state_dict()
+    read = _read_npz(path)
+    assert read.keys() == exact.keys() and all(np.array_equal(read[k], exact[k]) for k in exact)
     again = load_model(path)
     x = LogMel()(torch.from_numpy(last_window(framed(speech16k("conf-getpin"))))[None])
     with torch.inference_mode():
