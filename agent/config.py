@@ -293,6 +293,9 @@ class RuntimeConfig:
     # batcher's worker thread and the event loop share the GIL; 512 H200 callers went from p99 final 56 to 36 ms),
     # otherwise Python's default (5 ms): with server.engine_process the session processes keep the default
     gil_switch_interval_ms: float = 0.0
+    # A call's own observers (metrics, turn records, session watch...) called where each frame event happens
+    # instead of through pipecat's queue and task per observer (agent/inline_observer.py); false: pipecat's proxy
+    inline_observers: bool = True
 
 
 @dataclass

@@ -37,6 +37,7 @@ from agent.call_control import install as install_call_control
 from agent.config import CallConfig, Config, ConfigError
 from agent.fast_barge_in import FastBargeIn
 from agent.finished_text_stop import FinishedTextTurnAnalyzerStopStrategy
+from agent.inline_observer import call_inline
 from agent.input_audio_stop import InputAudioStop
 from agent.llm_replicas import ReplicaPicker, replica_urls
 from agent.llm_stage import CadenceLLMService
@@ -396,10 +397,12 @@ def build_worker(
             enable_metrics=True,
         ),
         # one proxy for all of the call's observers (agent/observer_fanout.py), not one queue and task each
-        observers=[FanOutObserver([*observers, *([transcript] if transcript else [])])],
+        observers=[fan_out := FanOutObserver([*observers, *([transcript] if transcript else [])])],
         enable_rtvi=False,
         idle_timeout_secs=None,
     )
+    if config.runtime.inline_observers:  # ...and no proxy at all: called in place (agent/inline_observer.py)
+        call_inline(worker, fan_out)
     install_call_control(worker, aggregators.user(), control, transcript, ended_by)
     worker.cadence_call = control  # type: ignore[attr-defined]  (talk reads its tool log)
     worker.cadence_transcript = transcript  # type: ignore[attr-defined]
