@@ -93,8 +93,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         config.server.port = args.port
     if args.workers is not None:
         config.server.workers = args.workers
-    if config.server.workers < 1:
-        raise UserError(f"server.workers must be >= 1, got {config.server.workers}")
+    if config.server.workers < 0:
+        raise UserError(f"server.workers must be >= 0 (0: one per core the engines and the LLM leave), "
+                        f"got {config.server.workers}")
+    if config.server.workers == 0 and args.worker_index is None:
+        from loguru import logger
+
+        from agent.workers import auto_workers, cores_available
+
+        config.server.workers = auto_workers(config, cores_available())
+        logger.info(f"server.workers = 0: {config.server.workers} session processes on {cores_available()} cores")
     if config.server.tts_engines < 1:
         raise UserError(f"server.tts_engines must be >= 1, got {config.server.tts_engines}")
     from agent.runtime import apply_switch_interval, run
@@ -186,7 +194,8 @@ def register(sub: Any) -> None:
     add_config_args(p)
     p.add_argument("--host", help="listen address (default: server.host)")
     p.add_argument("--port", type=int, help="listen port, 0 for any free port (default: server.port)")
-    p.add_argument("--workers", type=int, help="server processes sharing the port (default: server.workers, 1); "
+    p.add_argument("--workers", type=int, help="server processes sharing the port (default: server.workers, 1; 0: one per "
+                                               "core the engines and the LLM leave); "
                                                "see agent/workers.py")
     p.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # set by the --workers parent
     p.add_argument("--bot", type=Path, help="a bot file (agent.bot.Bot): its prompt, greeting and tools")

@@ -49,7 +49,8 @@ class ServerConfig:
     # N > 1: a parent runs the managed LLM server once and N workers, each with its own ASR and
     # TTS, admission.max_sessions / queue_size / gpu.asr_fraction / gpu.tts_fraction split N ways;
     # the parent serves the summed /metrics, /health and /ready on metrics_listen (default: the
-    # main port + 1, on server.host).
+    # main port + 1, on server.host). 0: one per core the engine processes, the LLM servers Cadence starts
+    # and the parent leave (agent.workers.auto_workers: 12 on a 16-core box with two engines and one LLM).
     workers: int = 1
     # Local addresses WebRTC offers as ICE host candidates, comma-separated (transports/ice.py).
     # Empty: every interface but loopback (aiortc's default); "127.0.0.1": loopback only (tests, benchmarks).

@@ -49,6 +49,27 @@ from agent.supervised_child import spawn_child, stop_child
 WORKER_ENV = "CADENCE_WORKER_SET"  # JSON list of "section.key=value" overrides, applied last
 
 
+def cores_available() -> int:
+    """The cores this process may run on (its CPU affinity, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def auto_workers(cfg: Config, cores: int) -> int:
+    """``server.workers = 0``: one session process per core the rest of the server leaves: one core each for
+    the engine processes (``server.engine_process``: the TTS engines and streaming Parakeet's own) and the LLM
+    servers Cadence starts (``llm.replicas`` of them, none with ``llm.base_url``), one for the parent and the
+    system; at least one. The session processes are what a phone or WebRTC call's CPU is spent in (H200 runs
+    60-62: ~70 ms of a worker's CPU per call-second, eight workers saturated at 128 callers with five cores idle)."""
+    engines = 0
+    if cfg.server.engine_process:
+        engines = cfg.server.tts_engines + (1 if cfg.server.asr_engine_process and cfg.asr.engine == "parakeet" else 0)
+    llm_servers = 0 if cfg.llm.base_url else max(1, cfg.llm.replicas)
+    return max(1, cores - engines - llm_servers - 1)
+
+
 def split_budget(total: int, workers: int) -> int:
     """Each worker's part of a per-server budget (rounded up: the sum is never below the total)."""
     return max(1, math.ceil(total / workers)) if total > 0 else total

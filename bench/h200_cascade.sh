@@ -89,7 +89,7 @@ if [ "${DRY_RUN:-0}" = 1 ]; then
   # extra does not install it: no test needs it)
   "$PY" -c "import accelerate" 2>/dev/null || { echo "DRY_RUN needs accelerate: $PY -m pip install accelerate" >&2; exit 2; }
   DRY=(--set asr.device=cpu --set asr.dtype=float32 --set asr.encoder_backend=eager --set tts.engine=piper
-       --set gpu.asr_fraction=0 --set gpu.llm_fraction=0 --set gpu.tts_fraction=0
+       --set gpu.asr_fraction=0 --set gpu.llm_fraction=0 --set gpu.tts_fraction=0 --set vad.turn_device=cpu
        --set "llm.server_args=--device cpu --cb-num-blocks 256")
   TINY=(--tiny)
 fi
@@ -252,8 +252,9 @@ SETS=(--set "admission.max_sessions=$MAX_LEVEL" --set admission.queue_size=0 --s
 # SERVE_SETS=audio.forward_input_past_turn=false,phone.input_frame_ms=40
 IFS=, read -r -a EXTRA_SETS <<< "${SERVE_SETS:-}"
 for s in "${EXTRA_SETS[@]}"; do [ -n "$s" ] && SETS+=(--set "$s"); done
+SETS+=(--set "server.workers=$WORKERS")  # explicit: gpu.toml's 0 (one per free core) would move the metrics port
 if [ "$WORKERS" -gt 1 ]; then
-  SETS+=(--set "server.workers=$WORKERS" --set "server.metrics_listen=127.0.0.1:$MPORT"
+  SETS+=(--set "server.metrics_listen=127.0.0.1:$MPORT"
          --set "admission.max_sessions=$((2 * MAX_LEVEL))")
   [ "${DRY_RUN:-0}" = 1 ] || [ "${ENGINE_PROCESS:-1}" = 1 ] \
     || SETS+=(--set gpu.asr_fraction=0.22 --set gpu.tts_fraction=0.36 --set gpu.llm_fraction=0.30)

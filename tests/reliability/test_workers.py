@@ -19,7 +19,7 @@ import pytest
 
 from agent.llm_server import free_port
 from agent.metrics.scrape import parse_metrics
-from agent.workers import split_budget, worker_overrides
+from agent.workers import auto_workers, split_budget, worker_overrides
 from testkit.servers import cadence_serve
 
 
@@ -34,6 +34,27 @@ def test_budgets_split_rounded_up_and_gpu_shares_divided():
     assert float(sets["gpu.asr_fraction"]) == 0.01 and float(sets["gpu.tts_fraction"]) == 0.02
     assert sets["gpu.llm_fraction"] == "0.0" and sets["server.metrics_listen"] == "127.0.0.1:4242"
     assert split_budget(32, 8) == 4 and split_budget(0, 4) == 0
+
+
+def test_auto_workers_leave_a_core_to_each_engine_the_llm_and_the_parent():
+    from agent.config import Config, load_config
+
+    gpu = load_config("examples/gpu.toml")  # two engine processes (Kokoro, Parakeet) and transformers serve
+    assert auto_workers(gpu, 16) == 12 and auto_workers(gpu, 2) == 1
+    gpu.server.tts_engines, gpu.llm.replicas = 2, 2
+    assert auto_workers(gpu, 16) == 10
+    gpu.llm.base_url = "http://10.0.0.2:8000/v1"  # an LLM server Cadence does not start takes no core here
+    assert auto_workers(gpu, 16) == 12
+    assert auto_workers(Config(), 8) == 6  # the embedded stack: llama.cpp's server and the parent
+
+
+def test_a_negative_worker_count_is_refused_before_anything_starts():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "agent.cli", "serve", "--workers", "-1"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0 and "server.workers must be >= 0" in done.stderr + done.stdout
 
 
 def _health(url: str) -> dict:
