@@ -96,6 +96,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if config.server.workers < 0:
         raise UserError(f"server.workers must be >= 0 (0: one per core the engines and the LLM leave), "
                         f"got {config.server.workers}")
+    if not 0 <= config.server.worker_nice <= 19:
+        raise UserError(f"server.worker_nice must be 0-19 (a nice increment), got {config.server.worker_nice}")
     if config.server.workers == 0 and args.worker_index is None:
         from loguru import logger
 

@@ -52,6 +52,10 @@ class ServerConfig:
     # main port + 1, on server.host). 0: one per core the engine processes, the LLM servers Cadence starts
     # and the parent leave (agent.workers.auto_workers: 12 on a 16-core box with two engines and one LLM).
     workers: int = 1
+    # The workers' CPU priority below the parent's, the engine processes' and the LLM server's (a nice
+    # increment, 0-19): when the session processes want more cores than the box has, the engines every caller
+    # shares keep theirs (run 56: 12 workers at 256 callers starved them). 0: equal priority.
+    worker_nice: int = 0
     # Local addresses WebRTC offers as ICE host candidates, comma-separated (transports/ice.py).
     # Empty: every interface but loopback (aiortc's default); "127.0.0.1": loopback only (tests, benchmarks).
     webrtc_ice_hosts: str = ""

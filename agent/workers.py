@@ -135,7 +135,7 @@ class WorkerPool:
 
     def _spawn(self, worker: Worker) -> None:
         env = dict(self._env, **{WORKER_ENV: json.dumps(self._overrides[worker.index])})
-        worker.proc = spawn_child(self._command(worker), env=env)
+        worker.proc = spawn_child(self._command(worker), nice=self.config.server.worker_nice, env=env)
         logger.info(f"worker {worker.index} started (pid {worker.proc.pid}, probe port {worker.probe_port})")
 
     async def _get(self, http: httpx.AsyncClient, worker: Worker, path: str) -> httpx.Response | None:

@@ -48,6 +48,26 @@ def test_auto_workers_leave_a_core_to_each_engine_the_llm_and_the_parent():
     assert auto_workers(Config(), 8) == 6  # the embedded stack: llama.cpp's server and the parent
 
 
+def test_workers_run_at_the_configured_nice_increment(monkeypatch):
+    import sys
+
+    from agent.config import Config
+    from agent.workers import Worker, WorkerPool
+
+    cfg = Config()
+    cfg.server.worker_nice = 3
+    pool = WorkerPool(cfg, serve_args=[])
+    monkeypatch.setattr(pool, "_command", lambda w: [sys.executable, "-c", "import time; time.sleep(30)"])
+    pool._overrides[0] = []
+    worker = Worker(0, free_port())
+    pool._spawn(worker)
+    try:
+        assert psutil.Process(worker.proc.pid).nice() == psutil.Process().nice() + 3
+    finally:
+        worker.proc.kill()
+        worker.proc.wait()
+
+
 def test_a_negative_worker_count_is_refused_before_anything_starts():
     import subprocess
     import sys
