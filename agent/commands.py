@@ -103,8 +103,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         from agent.workers import auto_workers, cores_available
 
-        config.server.workers = auto_workers(config, cores_available())
-        logger.info(f"server.workers = 0: {config.server.workers} session processes on {cores_available()} cores")
+        cores = cores_available()
+        config.server.workers = auto_workers(config, cores)
+        logger.info(f"server.workers = 0: {config.server.workers} session processes on {cores} cores")
     if config.server.tts_engines < 1:
         raise UserError(f"server.tts_engines must be >= 1, got {config.server.tts_engines}")
     from agent.runtime import apply_switch_interval, run

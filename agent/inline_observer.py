@@ -16,12 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipecat.observers.base_observer import BaseObserver, FrameProcessed, FramePushed, ProcessorSetUp
-from pipecat.pipeline.worker_observer import WorkerObserver
+from pipecat.pipeline.worker_observer import Proxy, WorkerObserver
 
-
-def overrides(observer: BaseObserver, name: str) -> bool:
-    """Whether ``observer``'s class implements ``name`` (``BaseObserver``'s handlers do nothing)."""
-    return getattr(type(observer), name) is not getattr(BaseObserver, name)
+from agent.observer_fanout import overrides
 
 
 class InlineWorkerObserver(WorkerObserver):
@@ -37,11 +34,28 @@ class InlineWorkerObserver(WorkerObserver):
         self._inline_processed = [o for o in self.inline if overrides(o, "on_process_frame")]
         self._inline_setup = [o for o in self.inline if overrides(o, "on_processor_setup")]
         self._inline_started = [o for o in self.inline if overrides(o, "on_pipeline_started")]
+        # the proxies as a list, and those whose observer handles processed frames: read on every frame event,
+        # so kept up to date where proxies come and go, not derived per event
+        self._proxy_list: list[Proxy] = []
+        self._processed_proxies: list[Proxy] = []
+
+    def _proxies_changed(self) -> None:
+        self._proxy_list = list((self._proxies or {}).values())
+        self._processed_proxies = [p for p in self._proxy_list if overrides(p.observer, "on_process_frame")]
 
     async def setup(self, task_manager) -> None:
         await super().setup(task_manager)
+        self._proxies_changed()
         for observer in self.inline:
             await observer.setup(task_manager)
+
+    def add_observer(self, observer: BaseObserver) -> None:
+        super().add_observer(observer)
+        self._proxies_changed()
+
+    async def remove_observer(self, observer: BaseObserver) -> None:
+        await super().remove_observer(observer)
+        self._proxies_changed()
 
     async def cleanup(self) -> None:
         await super().cleanup()
@@ -61,16 +75,15 @@ class InlineWorkerObserver(WorkerObserver):
         for observer in self._inline_push:
             if data.first_push or observer.observe_every_push:
                 await observer.on_push_frame(data)
-        for proxy in (self._proxies or {}).values():
+        for proxy in self._proxy_list:
             if data.first_push or proxy.observer.observe_every_push:
                 await proxy.queue.put(data)
 
     async def on_process_frame(self, data: FrameProcessed) -> None:
         for observer in self._inline_processed:
             await observer.on_process_frame(data)
-        for proxy in (self._proxies or {}).values():
-            if overrides(proxy.observer, "on_process_frame"):
-                await proxy.queue.put(data)
+        for proxy in self._processed_proxies:
+            await proxy.queue.put(data)
 
     async def on_processor_setup(self, data: ProcessorSetUp) -> None:
         for observer in self._inline_setup:

@@ -20,7 +20,8 @@ from pipecat.observers.base_observer import BaseObserver, FrameProcessed, FrameP
 from pipecat.utils.asyncio.task_manager import BaseTaskManager
 
 
-def _overrides(observer: BaseObserver, name: str) -> bool:
+def overrides(observer: BaseObserver, name: str) -> bool:
+    """Whether ``observer``'s class implements ``name`` (``BaseObserver``'s handlers do nothing)."""
     return getattr(type(observer), name) is not getattr(BaseObserver, name)
 
 
@@ -30,10 +31,10 @@ class FanOutObserver(BaseObserver):
     def __init__(self, observers: Sequence[BaseObserver]):
         self.observers = list(observers)
         super().__init__(observe_every_push=any(o.observe_every_push for o in self.observers))
-        self._push = [o for o in self.observers if _overrides(o, "on_push_frame")]
-        self._processed = [o for o in self.observers if _overrides(o, "on_process_frame")]
-        self._setup_done = [o for o in self.observers if _overrides(o, "on_processor_setup")]
-        self._started = [o for o in self.observers if _overrides(o, "on_pipeline_started")]
+        self._push = [o for o in self.observers if overrides(o, "on_push_frame")]
+        self._processed = [o for o in self.observers if overrides(o, "on_process_frame")]
+        self._setup_done = [o for o in self.observers if overrides(o, "on_processor_setup")]
+        self._started = [o for o in self.observers if overrides(o, "on_pipeline_started")]
 
     async def setup(self, task_manager: BaseTaskManager):
         await super().setup(task_manager)

@@ -42,7 +42,9 @@ class Record(BaseObserver):
             self.processed.append(data.frame.text)
 
 
-async def _run(observers: list[BaseObserver], inline: bool) -> PipelineWorker:
+async def _run(observers: list[BaseObserver], inline: bool, late: BaseObserver | None = None) -> PipelineWorker:
+    """Three texts through three relays; ``late`` is added with ``add_observer`` once the pipeline runs (as the
+    goodbye watch is)."""
     fan = FanOutObserver(observers)
     worker = PipelineWorker(Pipeline([Relay(), Relay(), Relay()]), observers=[fan], idle_timeout_secs=None)
     if inline:
@@ -55,6 +57,8 @@ async def _run(observers: list[BaseObserver], inline: bool) -> PipelineWorker:
 
     async def feed() -> None:
         await asyncio.wait_for(started.wait(), 5)
+        if late is not None:
+            worker.add_observer(late)
         for text in "abc":
             await worker.queue_frame(TextFrame(text))
         await worker.queue_frame(EndFrame())
@@ -75,6 +79,14 @@ def test_inline_observers_hear_every_event_the_proxied_ones_hear_in_place():
         assert b.pushed == a.pushed and b.processed == a.processed
     # told by the processors' own tasks, not by an observer proxy's task
     assert not any("proxy" in t for t in inline[0].tasks) and any("proxy" in t for t in proxied[0].tasks)
+
+
+def test_an_observer_added_while_running_is_told_through_its_proxy():
+    proxied, inline = Record(), Record()
+    asyncio.run(_run([Record()], inline=False, late=proxied))
+    asyncio.run(_run([Record()], inline=True, late=inline))
+    assert inline.pushed == proxied.pushed and inline.processed == proxied.processed and len(inline.processed) >= 3
+    assert all("proxy" in t for t in inline.tasks)
 
 
 def test_pipecats_own_observers_keep_their_proxy():
