@@ -10,8 +10,8 @@
 #   bash bench/cascade_cpu_box.sh levers 8 audio.forward_input_past_turn=false phone.input_frame_ms=40
 #
 # -> /tmp/cascade-cpu/NAME/{serve.log,cap.log,capacity.json}; SPY=1 also records 20 s of py-spy on the session
-# process (spy.txt, raw). HOLD (default 40) and WARMUP (8) are the level's seconds. Needs accelerate in the
-# venv (transformers serve's device map) and .cascade/ from bench/wheels_cascade.sh (the prompts, smart-turn).
+# process (spy.txt, raw; needs `pip install py-spy` in the venv). HOLD (default 40) and WARMUP (8) are the level's seconds. Needs accelerate in the
+# venv (transformers serve's device map: `pip install -e ".[llm-transformers]"`) and .cascade/ from bench/wheels_cascade.sh (the prompts, smart-turn).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 NAME=${1:?NAME}; N=${2:?CALLERS}; shift 2
@@ -38,6 +38,7 @@ for _ in $(seq 400); do grep -q "Cadence is ready" "$OUTD/serve.log" && break; k
   --no-refine --out-dir "$OUTD" --write-config "$OUTD/cap.toml" "${SETS[@]}" > "$OUTD/cap.log" 2>&1 &
 CP=$!
 if [ "${SPY:-0}" = 1 ]; then
+  [ -x "$(dirname "$PY")/py-spy" ] || echo "SPY=1: no py-spy next to $PY (pip install py-spy): no profile" >&2
   sleep 20
   "$(dirname "$PY")/py-spy" record -r 100 -d 20 -p $SP -f raw -o "$OUTD/spy.txt" > /dev/null 2>&1
 fi
