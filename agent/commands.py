@@ -96,6 +96,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if config.server.workers < 0:
         raise UserError(f"server.workers must be >= 0 (0: one per core the engines and the LLM leave), "
                         f"got {config.server.workers}")
+    if config.server.balance not in ("least_loaded", "kernel"):
+        raise UserError(f"server.balance must be least_loaded or kernel, got {config.server.balance!r}")
     if not 0 <= config.server.worker_nice <= 19:
         raise UserError(f"server.worker_nice must be 0-19 (a nice increment), got {config.server.worker_nice}")
     if config.server.workers == 0 and args.worker_index is None:
@@ -122,12 +124,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
                    *(["--log-level", args.log_level] if args.log_level else [])])
         run(WorkerPool(config, replay).serve_forever(), use_uvloop=config.runtime.uvloop)
         return 0
+    from agent.conn_dispatch import CONN_FD_ENV
     from agent.server_factory import make_server
 
     apply_switch_interval(config.runtime.gil_switch_interval_ms, config.asr.engine, config.asr.device,
                           batcher_here=not config.server.engine_process)
     server = make_server(config)
     server.worker_index = args.worker_index
+    if args.worker_index is not None and CONN_FD_ENV in os.environ:  # server.balance = least_loaded
+        server.conn_fd = int(os.environ.pop(CONN_FD_ENV))
     server.bot = bot
     run(server.serve_forever(), use_uvloop=config.runtime.uvloop)
     return 0

@@ -45,7 +45,7 @@ class ServerConfig:
     shutdown_timeout_s: float = 5.0
     # Spoken to every live call at shutdown (an answer in progress is interrupted first); empty: none.
     goodbye: str = "Sorry, I have to hang up now. Goodbye."
-    # Server processes sharing the port (SO_REUSEPORT; agent.workers). 1: one process, as always.
+    # Server processes sharing the port (server.balance; agent.workers). 1: one process, as always.
     # N > 1: a parent runs the managed LLM server once and N workers, each with its own ASR and
     # TTS, admission.max_sessions / queue_size / gpu.asr_fraction / gpu.tts_fraction split N ways;
     # the parent serves the summed /metrics, /health and /ready on metrics_listen (default: the
@@ -56,6 +56,10 @@ class ServerConfig:
     # increment, 0-19): when the session processes want more cores than the box has, the engines every caller
     # shares keep theirs (run 56: 12 workers at 256 callers starved them). 0: equal priority.
     worker_nice: int = 0
+    # How the workers share the port's connections. "least_loaded": the parent accepts and hands each connection
+    # to the worker with the fewest live calls (agent.conn_dispatch); "kernel": every worker listens with
+    # SO_REUSEPORT and the kernel's hash of the addresses picks one (64 callers over 8 workers: 4-17 each).
+    balance: str = "least_loaded"
     # Local addresses WebRTC offers as ICE host candidates, comma-separated (transports/ice.py).
     # Empty: every interface but loopback (aiortc's default); "127.0.0.1": loopback only (tests, benchmarks).
     webrtc_ice_hosts: str = ""

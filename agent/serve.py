@@ -79,8 +79,10 @@ class CadenceServer:
     self_authenticated: set[str] = field(default_factory=set)
     stop_event: asyncio.Event | None = None
     # Set in a worker of ``cadence serve --workers N`` (agent.workers): the main port is shared with
-    # the other workers (SO_REUSEPORT) and the loopback probe also takes ``POST /metrics/reset``.
+    # the other workers and the loopback probe also takes ``POST /metrics/reset``.
     worker_index: int | None = None
+    # ... and with server.balance = least_loaded, the descriptor the parent hands connections over (agent.conn_dispatch)
+    conn_fd: int | None = None
     bot: Any = None  # agent.bot.Bot served by every call (``cadence serve --bot``)
 
     async def start_llm(self) -> tuple[str, str]:
@@ -405,6 +407,7 @@ class CadenceServer:
         handled = install_stop_signals(loop, self._on_signal)
         runners: list[web.AppRunner] = []
         supervisors: list[asyncio.Task] = []
+        receiver: Any = None  # agent.conn_dispatch.ConnectionReceiver with server.balance = least_loaded
         try:
             await self.start_engines()
             if self.llm_server is not None:
@@ -415,8 +418,17 @@ class CadenceServer:
             runner = web.AppRunner(app, shutdown_timeout=cfg.server.shutdown_timeout_s)
             runners.append(runner)
             await runner.setup()
-            site = web.TCPSite(runner, cfg.server.host, cfg.server.port, reuse_port=self.worker_index is not None)
-            await site.start()
+            if self.conn_fd is not None:  # the parent accepts; its connections come over this descriptor
+                from agent.conn_dispatch import ConnectionReceiver
+
+                server = runner.server
+                assert server is not None
+                receiver = ConnectionReceiver(self.conn_fd, server, lambda: max(
+                    self.gate.active if self.gate else 0, len(server.connections)))
+                receiver.start(loop)
+            else:
+                site = web.TCPSite(runner, cfg.server.host, cfg.server.port, reuse_port=self.worker_index is not None)
+                await site.start()
             port = runner.addresses[0][1] if runner.addresses else cfg.server.port
             cfg.server.port = port
             if cfg.server.metrics_listen:
@@ -443,6 +455,8 @@ class CadenceServer:
                 loop.remove_signal_handler(sig)
             for task in supervisors:
                 task.cancel()
+            if receiver is not None:
+                receiver.close()
             for runner in reversed(runners):
                 try:
                     await asyncio.wait_for(runner.cleanup(), cfg.server.shutdown_timeout_s + 1.0)

@@ -6,9 +6,10 @@ caller-second) and GIL allow. With ``server.workers = N > 1`` this parent proces
 - plans GPU memory for the whole config and starts the managed LLM server once (if Cadence owns
   it), supervised as in one process;
 - spawns N workers (``python -m agent.cli serve --worker-index I``, the parent's own flags replayed,
-  the LLM's URL, model and key and the split budgets in ``$CADENCE_WORKER_SET``, not on the command
-  line): each loads its own ASR and TTS and listens on the SAME port with SO_REUSEPORT, so the kernel
-  spreads connections; ``admission.max_sessions`` and ``queue_size`` are split N ways (rounded up),
+  line): each loads its own ASR and TTS; with ``server.balance = "least_loaded"`` (the default) this
+  process accepts on the port and hands each connection to the worker with the fewest live calls
+  (``agent.conn_dispatch``), with ``"kernel"`` every worker listens on the SAME port with SO_REUSEPORT and
+  the kernel's hash picks one; ``admission.max_sessions`` and ``queue_size`` are split N ways (rounded up),
   ``gpu.asr_fraction`` and ``gpu.tts_fraction`` divided by N (each worker caps its torch allocator
   at its part), ``gpu.llm_fraction`` 0 in the workers (the LLM is the parent's, checked there);
 - gives each worker ``OMP_NUM_THREADS`` = cores / N unless it is set (torch's intra-op pool);
@@ -42,6 +43,7 @@ from aiohttp import web
 from loguru import logger
 
 from agent.config import Config
+from agent.conn_dispatch import CONN_FD_ENV, ConnectionDispatcher
 from agent.llm_server import free_port
 from agent.serve import CadenceServer, install_stop_signals
 from agent.supervised_child import spawn_child, stop_child
@@ -123,6 +125,7 @@ class WorkerPool:
     _env: dict[str, str] = field(default_factory=dict)
     _overrides: dict[int, list[str]] = field(default_factory=dict)
     _stopping: bool = False
+    dispatcher: ConnectionDispatcher | None = None  # server.balance = least_loaded
 
     @property
     def n(self) -> int:
@@ -135,7 +138,13 @@ class WorkerPool:
 
     def _spawn(self, worker: Worker) -> None:
         env = dict(self._env, **{WORKER_ENV: json.dumps(self._overrides[worker.index])})
-        worker.proc = spawn_child(self._command(worker), nice=self.config.server.worker_nice, env=env)
+        if self.dispatcher is None:
+            worker.proc = spawn_child(self._command(worker), nice=self.config.server.worker_nice, env=env)
+        else:  # its end of a fresh pair: the connections this process accepts come over it
+            with self.dispatcher.new_lane(worker.index) as theirs:
+                env[CONN_FD_ENV] = str(theirs.fileno())
+                worker.proc = spawn_child(self._command(worker), nice=self.config.server.worker_nice, env=env,
+                                          pass_fds=(theirs.fileno(),))
         logger.info(f"worker {worker.index} started (pid {worker.proc.pid}, probe port {worker.probe_port})")
 
     async def _get(self, http: httpx.AsyncClient, worker: Worker, path: str) -> httpx.Response | None:
@@ -221,11 +230,14 @@ class WorkerPool:
         rows = []
         for w, r in zip(self.workers, answers, strict=True):
             body = r.json() if r is not None and r.status_code == 200 else None
+            lane = self.dispatcher.lanes[w.index] if self.dispatcher is not None else None
             rows.append({"index": w.index, "pid": w.proc.pid if w.proc else None, "probe_port": w.probe_port,
                          "alive": w.alive, "restarts": w.restarts,
-                         "sessions": body.get("sessions") if body else None})
+                         "sessions": body.get("sessions") if body else None,
+                         **({"connections_handed": lane.handed, "load": lane.load} if lane is not None else {})})
         up = all(row["sessions"] is not None for row in rows)
         return web.json_response({"status": "ok" if up else "degraded", "pid": os.getpid(),
+                                  "balance": self.config.server.balance,
                                   "sessions": sum(row["sessions"] or 0 for row in rows), "workers": rows})
 
     async def ready(self, _request: web.Request) -> web.Response:
@@ -262,8 +274,9 @@ class WorkerPool:
     # --- lifetime -------------------------------------------------------------------------------
 
     def _reserve_port(self) -> socket.socket:
-        """Hold the main port (bound with SO_REUSEPORT, never listening) so that port 0 picks one
-        port for every worker and nobody else takes it between worker restarts."""
+        """Hold the main port so that port 0 picks one port for every worker and nobody else takes it between
+        worker restarts: bound with SO_REUSEPORT and never listening (``server.balance = "kernel"``), or the
+        socket this process accepts on once the workers are up (``"least_loaded"``)."""
         cfg = self.config.server
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
@@ -299,6 +312,8 @@ class WorkerPool:
             for proc in self.front.engine_procs:
                 tasks.append(asyncio.create_task(proc.supervise(), name=f"{proc.child_label} supervisor"))
             sock = self._reserve_port()
+            if cfg.server.balance == "least_loaded":
+                self.dispatcher = ConnectionDispatcher(sock, self.n, loop)
             self.workers = [Worker(i, free_port()) for i in range(self.n)]
             self._overrides = {w.index: worker_overrides(cfg, self.n, base_url, model, w.probe_port,
                                                          cfg.server.engine_socket, cfg.server.asr_engine_socket)
@@ -312,6 +327,9 @@ class WorkerPool:
             if self.stop_event.is_set():
                 return
             tasks.append(asyncio.create_task(self.supervise(), name="worker-supervisor"))
+            if self.dispatcher is not None:
+                sock.listen(1024)
+                self.dispatcher.start()
             host, _, mport = (cfg.server.metrics_listen or f"{cfg.server.host}:{cfg.server.port + 1}").rpartition(":")
             runner = web.AppRunner(self.make_app(), shutdown_timeout=1.0)
             await runner.setup()
@@ -335,6 +353,8 @@ class WorkerPool:
                 with contextlib.suppress(Exception):
                     await runner.cleanup()
             self.front.stop_children()
+            if self.dispatcher is not None:
+                self.dispatcher.close()
             if sock is not None:
                 sock.close()
 

@@ -40,17 +40,13 @@ from agent.metrics.scrape import parse_metrics  # noqa: E402
 A_TONE = Prompt.from_pcm8k("unused", (b"\x00\x10" * 160))  # never spoken: callers stay silent
 
 
-def cpu_s(pids: list[int] | None) -> float | None:
-    """CPU seconds (user + system) the server processes have used, their threads included."""
+def cpu_each(pids: list[int] | None) -> list[float] | None:
+    """CPU seconds (user + system) each server process has used, its threads included."""
     if not pids:
         return None
     import psutil
 
-    total = 0.0
-    for pid in pids:
-        t = psutil.Process(pid).cpu_times()
-        total += t.user + t.system
-    return total
+    return [sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids]
 
 
 async def level(url: str, n: int, hold_s: float, pids: list[int] | None = None, metrics_url: str = "") -> dict:
@@ -66,20 +62,25 @@ async def level(url: str, n: int, hold_s: float, pids: list[int] | None = None, 
     async with httpx.AsyncClient(timeout=30) as http:
         await asyncio.sleep(3.0)  # every pipeline started
         (await http.post(f"{murl}/metrics/reset")).raise_for_status()
-        t0, c0 = time.monotonic(), cpu_s(pids)
+        t0, c0 = time.monotonic(), cpu_each(pids)
         await asyncio.sleep(hold_s)
         text = (await http.get(f"{murl}/metrics")).text
-        wall, c1 = time.monotonic() - t0, cpu_s(pids)
+        wall, c1 = time.monotonic() - t0, cpu_each(pids)
         ticks0 = ticker.ticks
+        health = (await http.get(f"{murl}/health")).json()
     row = parse_metrics(text).rows["event_loop_lag"]
     q = row.quantiles or {}
-    cores = None if c0 is None or c1 is None else (c1 - c0) / wall
+    each = None if c0 is None or c1 is None else [(b - a) / wall for a, b in zip(c0, c1, strict=True)]
+    cores = None if each is None else sum(each)
     result = {"sessions": n, "connected": sum(connected), "hold_s": round(wall, 1),
               "server_cores": None if cores is None else round(cores, 3),
               "server_cpu_ms_per_session_s": None if cores is None else round(cores * 1000 / n, 2),
               "loop_lag_p50_ms": q.get(0.5), "loop_lag_p99_ms": q.get(0.99), "loop_lag_max_ms": row.max,
               "loop_lag_samples": row.count, "caller_ticks": ticks0, "caller_late_ticks": ticker.late_ticks,
               "caller_max_lag_ms": round(ticker.max_lag_s * 1000, 1)}
+    if "workers" in health:  # cadence serve --workers N: how the calls and the CPU fell on each worker
+        result["worker_sessions"] = [w.get("sessions") for w in health["workers"]]
+        result["worker_cores"] = None if each is None else [round(c, 3) for c in each]
     await asyncio.gather(*(c.hang_up() for c in callers))
     stop.set()
     await task

@@ -1,7 +1,9 @@
 """``cadence serve --workers 2`` on the embedded stack: real worker processes sharing one port.
 
-Phone callers land on both workers (SO_REUSEPORT), the parent's summed ``/metrics`` counts every
-call, a SIGKILLed worker is restarted, and SIGTERM leaves no child (workers, llama.cpp server).
+Phone callers are spread evenly over both workers (the parent hands each connection to the less loaded one),
+the parent's summed ``/metrics`` counts every call, a SIGKILLed worker is restarted and gets calls again,
+SIGTERM leaves no child (workers, llama.cpp server), and ``server.balance = "kernel"`` (SO_REUSEPORT) still
+serves calls.
 """
 
 from __future__ import annotations
@@ -131,26 +133,28 @@ def test_two_workers_share_the_port_sum_metrics_restart_and_stop_cleanly(two_wor
 
     murl = two_workers["metrics"]
 
-    async def calls(url: str) -> tuple[int, list[dict]]:
+    async def calls(url: str, n: int) -> list[dict]:
+        """The workers' rows of /health with ``n`` calls connected, one every 0.2 s."""
         ws = url.replace("http://", "ws://") + "/phone/ws"
         callers = []
         try:
-            for _ in range(12):  # until both workers carry a call (each connection hashed to one)
+            for _ in range(n):
                 callers.append(await LoopbackCaller(ws).connect())
-                await asyncio.sleep(0.5)
-                rows = (await asyncio.to_thread(_health, murl))["workers"]
-                if all((r["sessions"] or 0) > 0 for r in rows):
-                    break
-            return len(callers), rows
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(0.5)
+            return (await asyncio.to_thread(_health, murl))["workers"]
         finally:
             for c in callers:
                 await c.close()
 
+    def idle() -> None:
+        deadline = time.monotonic() + 10
+        while any(w["sessions"] for w in _health(murl)["workers"]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
     srv = two_workers
     parent = psutil.Process(srv["proc"].pid)
-    deadline = time.monotonic() + 10  # the capacity run's calls have ended: only this test's calls count below
-    while any(w["sessions"] for w in _health(murl)["workers"]) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    idle()  # the capacity run's calls have ended: only this test's calls count below
     health = _health(murl)
     assert not any(w["sessions"] for w in health["workers"]), health
     pids = [w["pid"] for w in health["workers"]]
@@ -163,10 +167,12 @@ def test_two_workers_share_the_port_sum_metrics_restart_and_stop_cleanly(two_wor
 
     assert httpx.post(f"{murl}/metrics/reset", timeout=10).status_code == 200
     before = _admitted(httpx.get(f"{murl}/metrics", timeout=10).text)  # the capacity run's calls (a counter)
-    n, rows = asyncio.run(calls(srv["url"]))
-    assert all((r["sessions"] or 0) > 0 for r in rows), f"{n} callers all landed on one worker: {rows}"
+    rows = asyncio.run(calls(srv["url"], 4))
+    assert [r["sessions"] for r in rows] == [2, 2], f"4 callers not spread 2 + 2: {rows}"
+    handed = [r["connections_handed"] - w["connections_handed"] for r, w in zip(rows, health["workers"], strict=True)]
+    assert handed == [2, 2] and health["balance"] == "least_loaded", (rows, health)
     text = httpx.get(f"{murl}/metrics", timeout=10).text
-    assert _admitted(text) - before == n, (n, before, _admitted(text))
+    assert _admitted(text) - before == 4, (before, _admitted(text))
     assert re.search(r"^cadence_workers_scraped 2$", text, re.M), text[-400:]
     assert parse_metrics(text).gauges.get("cadence_sessions_capacity", 16) == 16
 
@@ -178,6 +184,9 @@ def test_two_workers_share_the_port_sum_metrics_restart_and_stop_cleanly(two_wor
             break
         time.sleep(0.5)
     assert w0["pid"] != pids[0] and w0["restarts"] == 1 and w0["sessions"] is not None, w0
+    idle()
+    rows = asyncio.run(calls(srv["url"], 2))  # the restarted worker takes calls over its new pair
+    assert [r["sessions"] for r in rows] == [1, 1], rows
 
     children = parent.children(recursive=True)
     t0 = time.monotonic()
@@ -188,3 +197,25 @@ def test_two_workers_share_the_port_sum_metrics_restart_and_stop_cleanly(two_wor
     assert not alive, f"children outlived cadence serve --workers 2: {[c.pid for c in alive]}"
     assert code == 0, "".join(srv["log"][-30:])
     assert took < 8.0, f"shutdown took {took:.1f} s"
+
+
+def test_kernel_balance_still_serves_calls_through_so_reuseport(tmp_path):
+    """``server.balance = "kernel"``: the workers listen on the port themselves; a call is answered."""
+    from transports.phone.loopback_caller import LoopbackCaller
+
+    mport = free_port()
+    with cadence_serve("server.workers=2", "server.balance=kernel", f"server.metrics_listen=127.0.0.1:{mport}",
+                       "admission.budget_gate=false", log_path=tmp_path / "serve.log") as srv:
+        murl = f"http://127.0.0.1:{mport}"
+
+        async def one_call() -> int:
+            caller = await LoopbackCaller(srv["url"].replace("http://", "ws://") + "/phone/ws").connect()
+            try:
+                await asyncio.sleep(0.5)
+                return sum(w["sessions"] or 0 for w in (await asyncio.to_thread(_health, murl))["workers"])
+            finally:
+                await caller.close()
+
+        assert asyncio.run(one_call()) == 1
+        health = _health(murl)
+        assert health["balance"] == "kernel" and all("connections_handed" not in w for w in health["workers"]), health
