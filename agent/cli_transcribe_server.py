@@ -74,7 +74,7 @@ def cmd_transcribe_server(args: argparse.Namespace) -> int:
     transcriber = OfflineTranscriber(engine, spec.max_batch or None)
     host = args.host or config.server.host
     if workers:
-        main = serve_workers(transcriber, host, args.port, workers, options, ready)
+        main = serve_workers(transcriber, host, args.port, workers, options, ready, balance=args.balance)
     else:
         main = serve(transcriber, host, args.port, options, ready)
     run(main, use_uvloop=config.runtime.uvloop)
@@ -108,6 +108,9 @@ def register(sub: Any) -> None:
                    help="host worker processes (HTTP, upload, decode, planning, stitching) feeding this process's "
                         "engine through shared memory; 0: everything in one process (default: min(cores - 1, 8) "
                         "on CUDA, 0 on the CPU)")
+    p.add_argument("--balance", choices=("least_loaded", "kernel"), default="least_loaded",
+                   help="with --workers: least_loaded = this process hands each connection to the worker with the "
+                        "fewest open connections; kernel = SO_REUSEPORT, the kernel's hash picks (default: least_loaded)")
     p.set_defaults(func=friendly(cmd_transcribe_server))
 
     p = sub.add_parser("transcribe-ray", help="transcribe a directory of audio as a Ray Data job",

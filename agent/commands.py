@@ -124,8 +124,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                    *(["--log-level", args.log_level] if args.log_level else [])])
         run(WorkerPool(config, replay).serve_forever(), use_uvloop=config.runtime.uvloop)
         return 0
-    from agent.conn_dispatch import CONN_FD_ENV
     from agent.server_factory import make_server
+    from transports.conn_dispatch import CONN_FD_ENV
 
     apply_switch_interval(config.runtime.gil_switch_interval_ms, config.asr.engine, config.asr.device,
                           batcher_here=not config.server.engine_process)

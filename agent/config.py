@@ -57,7 +57,7 @@ class ServerConfig:
     # shares keep theirs (run 56: 12 workers at 256 callers starved them). 0: equal priority.
     worker_nice: int = 0
     # How the workers share the port's connections. "least_loaded": the parent accepts and hands each connection
-    # to the worker with the fewest live calls (agent.conn_dispatch); "kernel": every worker listens with
+    # to the worker with the fewest live calls (transports.conn_dispatch); "kernel": every worker listens with
     # SO_REUSEPORT and the kernel's hash of the addresses picks one (64 callers over 8 workers: 4-17 each).
     balance: str = "least_loaded"
     # Local addresses WebRTC offers as ICE host candidates, comma-separated (transports/ice.py).

@@ -81,7 +81,7 @@ class CadenceServer:
     # Set in a worker of ``cadence serve --workers N`` (agent.workers): the main port is shared with
     # the other workers and the loopback probe also takes ``POST /metrics/reset``.
     worker_index: int | None = None
-    # ... and with server.balance = least_loaded, the descriptor the parent hands connections over (agent.conn_dispatch)
+    # ... and with server.balance = least_loaded, the descriptor the parent hands connections over (transports.conn_dispatch)
     conn_fd: int | None = None
     bot: Any = None  # agent.bot.Bot served by every call (``cadence serve --bot``)
 
@@ -407,7 +407,7 @@ class CadenceServer:
         handled = install_stop_signals(loop, self._on_signal)
         runners: list[web.AppRunner] = []
         supervisors: list[asyncio.Task] = []
-        receiver: Any = None  # agent.conn_dispatch.ConnectionReceiver with server.balance = least_loaded
+        receiver: Any = None  # transports.conn_dispatch.ConnectionReceiver with server.balance = least_loaded
         try:
             await self.start_engines()
             if self.llm_server is not None:
@@ -419,7 +419,7 @@ class CadenceServer:
             runners.append(runner)
             await runner.setup()
             if self.conn_fd is not None:  # the parent accepts; its connections come over this descriptor
-                from agent.conn_dispatch import ConnectionReceiver
+                from transports.conn_dispatch import ConnectionReceiver
 
                 server = runner.server
                 assert server is not None

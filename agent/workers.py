@@ -8,7 +8,7 @@ caller-second) and GIL allow. With ``server.workers = N > 1`` this parent proces
 - spawns N workers (``python -m agent.cli serve --worker-index I``, the parent's own flags replayed,
   line): each loads its own ASR and TTS; with ``server.balance = "least_loaded"`` (the default) this
   process accepts on the port and hands each connection to the worker with the fewest live calls
-  (``agent.conn_dispatch``), with ``"kernel"`` every worker listens on the SAME port with SO_REUSEPORT and
+  (``transports.conn_dispatch``), with ``"kernel"`` every worker listens on the SAME port with SO_REUSEPORT and
   the kernel's hash picks one; ``admission.max_sessions`` and ``queue_size`` are split N ways (rounded up),
   ``gpu.asr_fraction`` and ``gpu.tts_fraction`` divided by N (each worker caps its torch allocator
   at its part), ``gpu.llm_fraction`` 0 in the workers (the LLM is the parent's, checked there);
@@ -43,10 +43,10 @@ from aiohttp import web
 from loguru import logger
 
 from agent.config import Config
-from agent.conn_dispatch import CONN_FD_ENV, ConnectionDispatcher
 from agent.llm_server import free_port
 from agent.serve import CadenceServer, install_stop_signals
 from agent.supervised_child import spawn_child, stop_child
+from transports.conn_dispatch import CONN_FD_ENV, ConnectionDispatcher
 
 WORKER_ENV = "CADENCE_WORKER_SET"  # JSON list of "section.key=value" overrides, applied last
 

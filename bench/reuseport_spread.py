@@ -1,6 +1,6 @@
 """How the kernel spreads loopback connections over N listeners sharing a port with SO_REUSEPORT.
 
-What ``server.balance = "kernel"`` leaves to chance (agent/conn_dispatch.py): N processes listen on one port,
+What ``server.balance = "kernel"`` leaves to chance (transports/conn_dispatch.py): N processes listen on one port,
 C connections are opened from this process, each listener counts what it accepted.
 
     python bench/reuseport_spread.py --listeners 8 --connections 64,64,256,256

@@ -243,7 +243,7 @@ def serve_main(args: argparse.Namespace) -> None:
     def ready(url: str) -> None:
         print(f"READY {url} {engine.name} {workers}", flush=True)
 
-    main = (serve_workers(transcriber, "127.0.0.1", 0, workers, options, ready) if workers
+    main = (serve_workers(transcriber, "127.0.0.1", 0, workers, options, ready, balance=args.balance) if workers
             else serve(transcriber, "127.0.0.1", 0, options, ready))
     try:
         import uvloop
@@ -260,7 +260,7 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str, 
            "--profiles", args.profiles, "--max-inflight", str(args.max_inflight),
            "--max-audio-held-s", str(args.max_audio_held_s), "--min-audio-s", str(args.min_audio_s),
            "--engine-plan", "" if args.no_engine_rtfx else args.plan, "--sleep-rtfx", str(args.sleep_rtfx),
-           "--sleep-fixed-ms", str(args.sleep_fixed_ms)]
+           "--sleep-fixed-ms", str(args.sleep_fixed_ms), "--balance", args.balance]
     if args.workers is not None:
         cmd += ["--workers", str(args.workers)]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
@@ -329,6 +329,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=None,
                     help="host worker processes (default: the server's, min(cores - 1, 8) on CUDA, 0 on the CPU)")
     defaults = ServerOptions()
+    ap.add_argument("--balance", default="least_loaded", choices=("least_loaded", "kernel"),
+                    help="with host workers: who picks a connection's worker (the server's default: least_loaded)")
     ap.add_argument("--max-inflight", type=int, default=None,
                     help=f"server: requests held at once (default: the server's {defaults.max_inflight}, or the "
                          "plan's largest concurrency when higher)")
@@ -366,7 +368,7 @@ def main() -> None:
     print(f"server ready in {startup_s} s ({workers} host workers)", flush=True)
     rows: list[dict[str, Any]] = []
     data: dict[str, Any] = {"engine": args.engine, "model": model, "device": args.device, "price_usd_per_hour": price,
-                            "plan": args.plan, "host_workers": workers, "max_inflight": args.max_inflight,
+                            "plan": args.plan, "host_workers": workers, "balance": args.balance, "max_inflight": args.max_inflight,
                             "max_audio_held_s": args.max_audio_held_s, "server_startup_s": startup_s,
                             "cores": os.cpu_count(), "engine_alone": alone, "results": rows}
     if args.engine == "parakeet":

@@ -5,9 +5,12 @@ seconds per CPU second, so a fast GPU waits on it. Here this process (the engine
 only the engine, the cross-request ``WindowBatcher`` and the server-wide audio budget, and starts
 N workers (``host_worker``) that do the rest on the other cores:
 
-- the port is held here (bound with SO_REUSEPORT, not listening: port 0 picks one port for all,
-  and nobody takes it between worker restarts); each worker listens on it with its own
-  SO_REUSEPORT socket, and the kernel spreads connections over them;
+- the port is held here (port 0 picks one port for all, and nobody takes it between worker restarts).
+  ``balance="least_loaded"`` (the default): this process accepts on it and hands each connection to the
+  worker with the fewest open connections (``transports.conn_dispatch``), so four 1 h uploads go to four
+  workers; ``"kernel"``: it is bound with SO_REUSEPORT and never listens, each worker listens with its own
+  SO_REUSEPORT socket and the kernel's hash of the addresses picks one (4 connections over 8 workers share a
+  worker 59% of the time, 256 keep-alive connections land up to 1.25x the mean on one);
 - each worker talks to this process over its own Unix socket pair: a request's windows go through
   one shared-memory segment (``shm_audio``: written once by the worker, mapped here without a
   copy), its words come back per window (``ipc``, ``engine_host``);
@@ -44,12 +47,14 @@ from asr.offline.remote_engine import EngineInfo
 from asr.offline.server import ServerOptions, stop_on_signals
 from asr.offline.shm_audio import remove_segments, segment_prefix
 from asr.offline.transcriber import OfflineTranscriber
+from transports.conn_dispatch import ConnectionDispatcher
 
 log = logging.getLogger("cadence.transcribe_server")
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_DEFAULT_WORKERS = 8
 BACKLOG = 2048
+BALANCES = ("least_loaded", "kernel")
 STOP_TIMEOUT_S = 10.0
 PR_SET_PDEATHSIG = 1
 
@@ -110,9 +115,13 @@ class _Worker:
 
 class HostPool:
     def __init__(self, transcriber: OfflineTranscriber, options: ServerOptions, workers: int,
-                 listen: socket.socket) -> None:
+                 listen: socket.socket, balance: str = "least_loaded") -> None:
         if workers < 1:
             raise ValueError(f"host workers must be at least 1, not {workers}")
+        if balance not in BALANCES:
+            raise ValueError(f"balance must be one of {', '.join(BALANCES)}, not {balance!r}")
+        self.dispatcher = (ConnectionDispatcher(listen, workers, asyncio.get_running_loop())
+                           if balance == "least_loaded" else None)
         self.transcriber = transcriber
         self.options = options
         self.listen = listen
@@ -125,7 +134,8 @@ class HostPool:
 
     async def spawn(self, worker: _Worker) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        fds = (theirs.fileno(), self.inflight_fd)
+        lane = self.dispatcher.new_lane(worker.index) if self.dispatcher is not None else None
+        fds = (theirs.fileno(), self.inflight_fd, *([lane.fileno()] if lane is not None else []))
         cmd = [sys.executable, "-m", "asr.offline.host_worker", "--ipc-fd", str(fds[0]), "--inflight-fd", str(fds[1])]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
         try:
@@ -133,10 +143,13 @@ class HostPool:
                                            preexec_fn=_die_with_parent)
         finally:
             theirs.close()
+            if lane is not None:
+                lane.close()
         reader, writer = await asyncio.open_unix_connection(sock=ours)
         send(writer, ("config", {"index": worker.index, "engine": self.info, "options": self.options,
                                  "segments": segment_prefix(os.getpid(), worker.index), "backlog": BACKLOG,
                                  "listen": self.listen.getsockname()[:2],
+                                 "conn_fd": fds[2] if lane is not None else None,
                                  "log_level": self.log_level}))
         worker.ready.clear()
         worker.connection = asyncio.ensure_future(
@@ -200,25 +213,36 @@ class HostPool:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    def accept(self) -> None:
+        """Start handing connections over (``balance="least_loaded"``), once the workers are ready."""
+        if self.dispatcher is not None:
+            self.listen.listen(BACKLOG)
+            self.dispatcher.start()
+
     def close(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.close()
         os.close(self.inflight_fd)
         remove_segments(self.prefix)
 
 
 async def serve_workers(transcriber: OfflineTranscriber, host: str, port: int, workers: int,
                         options: ServerOptions | None = None, on_ready: Callable[[str], None] | None = None,
-                        stop: asyncio.Event | None = None, start_timeout_s: float = 120.0) -> None:
-    """Serve with ``workers`` host processes until ``stop`` is set (or SIGTERM/SIGINT when none is given)."""
+                        stop: asyncio.Event | None = None, start_timeout_s: float = 120.0,
+                        balance: str = "least_loaded") -> None:
+    """Serve with ``workers`` host processes until ``stop`` is set (or SIGTERM/SIGINT when none is given);
+    ``balance`` says who picks a connection's worker (the module docstring)."""
     options = options or ServerOptions()
     if stop is None:
         stop = asyncio.Event()
         stop_on_signals(stop)
-    listen = listening_socket(host, port, backlog=None)  # holds the port; the workers listen
-    pool = HostPool(transcriber, options, workers, listen)
+    listen = listening_socket(host, port, backlog=None)  # holds the port; it listens once the workers are ready
+    pool = HostPool(transcriber, options, workers, listen, balance)
     try:
         for w in pool.workers:
             await pool.spawn(w)
         await pool.wait_ready(pool.workers, start_timeout_s)
+        pool.accept()
         if on_ready is not None:
             on_ready(f"http://{host}:{listen.getsockname()[1]}")
         await pool.supervise(stop)

@@ -3,8 +3,9 @@
 Started by the engine process (``host_pool``) as ``python -m asr.offline.host_worker --ipc-fd A
 --inflight-fd B``: A is its end of a Unix socket pair to the engine process (the first message is
 its configuration: the engine's facts, the server's options, the address to listen on), B the
-shared ``max_inflight`` counter. It listens on the server's port with its own SO_REUSEPORT socket
-(the kernel spreads new connections over the workers). It
+shared ``max_inflight`` counter. Its connections come from the engine process over a third descriptor
+named in the configuration (``conn_fd``: ``transports.conn_dispatch``), or, with ``balance="kernel"``, it
+listens on the server's port with its own SO_REUSEPORT socket (the kernel spreads new connections). It
 serves the same ``TranscriptionServer`` as the one-process server, with the engine process's
 batcher and audio budget. It imports no engine (no torch): it starts in about a second.
 
@@ -30,6 +31,7 @@ from asr.offline.remote_engine import EngineLink, RemoteBatcher, RemoteBudget
 from asr.offline.server import TranscriptionServer
 from asr.offline.shm_audio import SegmentWriter
 from asr.offline.transcriber import OfflineTranscriber
+from transports.conn_dispatch import ConnectionReceiver
 
 log = logging.getLogger("cadence.transcribe_server")
 
@@ -55,13 +57,22 @@ async def serve(ipc_fd: int, inflight_fd: int) -> None:
     await runner.setup()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
+    receiver = None
     try:
-        host, port = config["listen"]
-        site = web.SockSite(runner, listening_socket(host, port, config["backlog"]), backlog=config["backlog"])
-        await site.start()
+        if config.get("conn_fd") is not None:  # the engine process accepts and hands connections over
+            http = runner.server
+            assert http is not None
+            receiver = ConnectionReceiver(config["conn_fd"], http, lambda: len(http.connections))
+            receiver.start(loop)
+        else:
+            host, port = config["listen"]
+            site = web.SockSite(runner, listening_socket(host, port, config["backlog"]), backlog=config["backlog"])
+            await site.start()
         link.send(("ready", config["index"]))
         await stop.wait()
     finally:
+        if receiver is not None:
+            receiver.close()
         await runner.cleanup()
         await link.close()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -185,16 +186,41 @@ def test_the_audio_budget_is_one_for_all_workers(files: list[Path]) -> None:
 
 
 def test_connections_spread_over_the_workers() -> None:
-    """Thirty fresh connections at once reach every one of three workers (SO_REUSEPORT), not the
-    first to wake (on one shared socket, one worker took a whole burst)."""
+    """Thirty fresh connections at once reach every one of three workers with SO_REUSEPORT
+    (``balance="kernel"``), not the first to wake (on one shared socket, one worker took a whole burst)."""
     async def run() -> set[int]:
-        async with running(serve_workers, SlowEngine(0.0), workers=3) as url:
+        async with running(serve_workers, SlowEngine(0.0), workers=3, balance="kernel") as url:
             async def pid() -> int:
                 async with ClientSession() as session, session.get(url + "/health") as r:
                     return (await r.json())["pid"]
             return set(await asyncio.gather(*(pid() for _ in range(30))))
 
     assert len(asyncio.run(run())) == 3  # each worker misses all 30 with probability (2/3)^30 < 1e-5
+
+
+def test_kept_alive_connections_are_dealt_evenly_over_the_workers() -> None:
+    """The default (``balance="least_loaded"``): nine keep-alive clients opened at once land three on each of three
+    workers (the kernel's hash splits nine over three unevenly 91% of the time), and nine more after the first
+    nine left do too."""
+    async def run() -> list[list[int]]:
+        async with running(serve_workers, SlowEngine(0.0), workers=3) as url:
+            rounds = []
+            for _ in range(2):
+                sessions = [ClientSession() for _ in range(9)]
+                try:
+                    async def pid(session: ClientSession) -> int:
+                        async with session.get(url + "/health") as r:
+                            return (await r.json())["pid"]
+                    pids = await asyncio.gather(*(pid(s) for s in sessions))
+                    again = await asyncio.gather(*(pid(s) for s in sessions))  # the same kept-alive connections
+                    assert again == pids
+                    rounds.append(sorted(Counter(pids).values()))
+                finally:
+                    await asyncio.gather(*(s.close() for s in sessions))
+                await asyncio.sleep(0.3)  # the workers report the closed connections
+            return rounds
+
+    assert asyncio.run(run()) == [[3, 3, 3], [3, 3, 3]]
 
 
 def test_long_files_reach_the_engine_as_they_decode(tmp_path: Path, files: list[Path]) -> None:

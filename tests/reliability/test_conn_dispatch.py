@@ -1,4 +1,4 @@
-"""The parent's connection dispatcher (agent/conn_dispatch.py) over real sockets: accepted connections go to the
+"""The parent's connection dispatcher (transports/conn_dispatch.py) over real sockets: accepted connections go to the
 least loaded worker's pair, ties rotate, a dead worker's pair is skipped, and a worker's receiver serves a handed
 connection with a real aiohttp app and reports it."""
 
@@ -10,7 +10,7 @@ import socket
 import httpx
 from aiohttp import web
 
-from agent.conn_dispatch import REPORT, ConnectionDispatcher, ConnectionReceiver
+from transports.conn_dispatch import REPORT, ConnectionDispatcher, ConnectionReceiver
 
 
 def _listener() -> socket.socket:
