@@ -126,6 +126,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 0
     from agent.server_factory import make_server
     from transports.conn_dispatch import CONN_FD_ENV
+    from transports.webrtc_peers import PEERS_ENV, PeerRouter
 
     apply_switch_interval(config.runtime.gil_switch_interval_ms, config.asr.engine, config.asr.device,
                           batcher_here=not config.server.engine_process)
@@ -133,6 +134,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server.worker_index = args.worker_index
     if args.worker_index is not None and CONN_FD_ENV in os.environ:  # server.balance = least_loaded
         server.conn_fd = int(os.environ.pop(CONN_FD_ENV))
+    if args.worker_index is not None and PEERS_ENV in os.environ:
+        server.peer_router = PeerRouter.from_json(os.environ.pop(PEERS_ENV))
     server.bot = bot
     run(server.serve_forever(), use_uvloop=config.runtime.uvloop)
     return 0

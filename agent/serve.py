@@ -18,7 +18,7 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,8 @@ class CadenceServer:
     worker_index: int | None = None
     # ... and with server.balance = least_loaded, the descriptor the parent hands connections over (transports.conn_dispatch)
     conn_fd: int | None = None
+    # ... and its WebRTC peers' names and the other workers' probes (transports.webrtc_peers.PeerRouter)
+    peer_router: Any = None
     bot: Any = None  # agent.bot.Bot served by every call (``cadence serve --bot``)
 
     async def start_llm(self) -> tuple[str, str]:
@@ -344,6 +346,7 @@ class CadenceServer:
             self.signalling = WebRTCSignalling(
                 self.run_caller, transport_params(cfg.audio.in_sample_rate, cfg.audio.out_sample_rate), self.gate,
                 connect_timeout_s=cfg.session.connect_timeout_s, jitter_frames=cfg.session.webrtc_jitter_frames,
+                router=self.peer_router,
             )
             add_routes(app, self.signalling)
         app.router.add_get("/health", self.health)
@@ -372,7 +375,25 @@ class CadenceServer:
             # A worker's probe is on loopback for its parent, which fans the reset out.
             if info.get("path") == "/metrics/reset" and route.method == "POST" and self.worker_index is not None:
                 probe.router.add_post("/metrics/reset", route.handler)
+        if self.peer_router is not None and self.signalling is not None:  # another worker passes its requests on
+            probe.router.add_post("/api/offer", self._forwarded(self.signalling.offer))
+            probe.router.add_patch("/api/offer", self._forwarded(self.signalling.patch))
         return probe
+
+    @staticmethod
+    def _forwarded(handler: Callable[[web.Request], Awaitable[web.Response]]) -> Any:
+        """Another worker's request about a peer of this one: only one that names a peer (no new call starts on
+        the key-less probe)."""
+        async def forwarded(request: web.Request) -> web.Response:
+            try:
+                named = isinstance((await request.json()).get("pc_id"), str)
+            except (ValueError, AttributeError):
+                named = False
+            if not named:
+                return web.json_response({"error": "only requests about an existing peer are taken here"},
+                                         status=403)
+            return await handler(request)
+        return forwarded
 
     async def ready(self, _request: web.Request) -> web.Response:
         assert self.gate is not None

@@ -47,6 +47,7 @@ from agent.llm_server import free_port
 from agent.serve import CadenceServer, install_stop_signals
 from agent.supervised_child import spawn_child, stop_child
 from transports.conn_dispatch import CONN_FD_ENV, ConnectionDispatcher
+from transports.webrtc_peers import PEERS_ENV, PeerRouter
 
 WORKER_ENV = "CADENCE_WORKER_SET"  # JSON list of "section.key=value" overrides, applied last
 
@@ -138,6 +139,8 @@ class WorkerPool:
 
     def _spawn(self, worker: Worker) -> None:
         env = dict(self._env, **{WORKER_ENV: json.dumps(self._overrides[worker.index])})
+        # its WebRTC peers named after it; requests about another worker's peers passed on to that one's probe
+        env[PEERS_ENV] = PeerRouter(f"w{worker.index}", {f"w{w.index}": w.url for w in self.workers}).to_json()
         if self.dispatcher is None:
             worker.proc = spawn_child(self._command(worker), nice=self.config.server.worker_nice, env=env)
         else:  # its end of a fresh pair: the connections this process accepts come over it

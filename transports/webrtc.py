@@ -30,6 +30,7 @@ from transports.jitter import check_prefetch, set_audio_prefetch
 from transports.json_limits import loads_bounded
 from transports.params import transport_params  # noqa: F401  (re-exported)
 from transports.sdp_check import SDPError, check_offer_sdp
+from transports.webrtc_peers import PeerRouter
 
 # Given a transport for a new caller, run that caller's pipeline until it ends.
 SessionFactory = Callable[[SmallWebRTCTransport, str], Awaitable[None]]
@@ -103,8 +104,12 @@ class WebRTCSignalling:
     """Holds live peer connections; one pipeline task per peer."""
 
     def __init__(self, session_factory: SessionFactory, params: TransportParams,
-                 gate: Gate | None = None, connect_timeout_s: float = 20.0, jitter_frames: int = 1):
+                 gate: Gate | None = None, connect_timeout_s: float = 20.0, jitter_frames: int = 1,
+                 router: PeerRouter | None = None):
+        """``router``: in a worker of ``cadence serve --workers N``, names this worker's peers and passes requests
+        for another worker's peers on to it (transports/webrtc_peers.py)."""
         self._factory = session_factory
+        self.router = router
         self._params = params
         self._gate = gate
         self.connect_timeout_s = connect_timeout_s
@@ -117,6 +122,10 @@ class WebRTCSignalling:
             sdp, kind, pc_id = parse_offer(await read_json(request))
         except ValueError as exc:  # OfferError
             return web.json_response({"error": f"malformed offer: {exc}"}, status=400)
+        if pc_id and pc_id not in self.connections and self.router is not None:
+            owner = self.router.owner(pc_id)
+            if owner is not None:  # a renegotiation of another worker's peer
+                return await self.router.forward("POST", owner, {"sdp": sdp, "type": kind, "pc_id": pc_id})
         if pc_id and pc_id in self.connections:
             conn = self.connections[pc_id]
             try:
@@ -131,6 +140,8 @@ class WebRTCSignalling:
                 return web.json_response({"error": refusal.reason}, status=refusal.status,
                                          headers={"Retry-After": str(refusal.retry_after_s)})
         conn = SmallWebRTCConnection(connection_timeout_secs=max(1, int(self.connect_timeout_s)))
+        if self.router is not None:  # pipecat 1.14 names the peer in its constructor; its answer reads the name
+            conn._pc_id = self.router.name(conn.pc_id)
         try:
             await conn.initialize(sdp=sdp, type=kind)
             set_audio_prefetch(conn.pc, self.jitter_frames)
@@ -201,6 +212,10 @@ class WebRTCSignalling:
         except ValueError as exc:
             return web.json_response({"error": f"malformed candidate patch: {exc}"}, status=400)
         conn = self.connections.get(pc_id)
+        owner = self.router.owner(pc_id) if conn is None and self.router is not None else None
+        if owner is not None:  # another worker's peer
+            assert self.router is not None
+            return await self.router.forward("PATCH", owner, {"pc_id": pc_id, "candidates": candidates})
         if conn is None:
             return web.json_response({"error": "peer connection not found"}, status=404)
         for c in candidates:
@@ -221,6 +236,8 @@ class WebRTCSignalling:
     async def close(self, timeout_s: float = 5.0) -> None:
         """Server shutdown: close every peer and end every session, in bounded time."""
         await asyncio.gather(*(_quiet_disconnect(c) for c in list(self.connections.values())))
+        if self.router is not None:
+            await self.router.close()
         for task in list(self.tasks):
             task.cancel()
         if self.tasks:

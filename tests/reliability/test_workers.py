@@ -2,8 +2,8 @@
 
 Phone callers are spread evenly over both workers (the parent hands each connection to the less loaded one),
 the parent's summed ``/metrics`` counts every call, a SIGKILLed worker is restarted and gets calls again,
-SIGTERM leaves no child (workers, llama.cpp server), and ``server.balance = "kernel"`` (SO_REUSEPORT) still
-serves calls.
+SIGTERM leaves no child (workers, llama.cpp server), a browser peer's later requests reach its worker over any
+connection, and ``server.balance = "kernel"`` (SO_REUSEPORT) still serves calls.
 """
 
 from __future__ import annotations
@@ -125,6 +125,46 @@ def test_cadence_capacity_phone_reads_the_summed_metrics_of_two_workers(tmp_path
     assert level["turns"] >= 2 and level["unanswered"] == 0, level["reasons"]
     # the windows were reset through the parent at the hold and its summed page read at the end
     assert level["stage_tails"]["asr_final"] is not None and level["stage_tails"]["first_audio"] is not None
+
+
+def test_a_browser_peers_later_requests_reach_its_worker_over_a_new_connection(two_workers):
+    """A real aiortc caller's offer makes its peer in one worker; a trickled candidate for it over a fresh
+    connection is handed to the other worker (the less loaded), which passes it on to the peer's worker."""
+    import aiohttp
+
+    from transports.webrtc_client import WebRTCCaller
+
+    srv, murl = two_workers, two_workers["metrics"]
+    candidate = {"candidate": "candidate:1 1 udp 2130706431 127.0.0.1 50000 typ host", "sdp_mid": "0",
+                 "sdp_mline_index": 0}
+
+    async def run() -> None:
+        caller = WebRTCCaller(srv["url"])
+        await caller.connect()
+        try:
+            await asyncio.sleep(0.5)  # the workers' reports: the offer's worker carries a call now
+            rows = (await asyncio.to_thread(_health, murl))["workers"]
+            owner = [r["index"] for r in rows if r["sessions"]]
+            assert len(owner) == 1 and caller.pc_id and caller.pc_id.startswith(f"w{owner[0]}-"), (rows, caller.pc_id)
+            handed = [r["connections_handed"] for r in rows]
+            async with aiohttp.ClientSession() as http:
+                async with http.patch(srv["url"] + "/api/offer",
+                                      json={"pc_id": caller.pc_id, "candidates": [candidate]}) as r:
+                    assert r.status == 200, await r.text()
+                after = [r["connections_handed"] for r in (await asyncio.to_thread(_health, murl))["workers"]]
+                other = 1 - owner[0]
+                assert after[other] == handed[other] + 1 and after[owner[0]] == handed[owner[0]], (handed, after)
+                for unknown in (f"w{owner[0]}-nobody", "w9-nobody"):  # the owner's answer; a tag of no worker
+                    async with http.patch(srv["url"] + "/api/offer",
+                                          json={"pc_id": unknown, "candidates": [candidate]}) as r:
+                        assert r.status == 404, (unknown, await r.text())
+                probe = f"http://127.0.0.1:{rows[owner[0]]['probe_port']}/api/offer"  # no key there: no new calls
+                async with http.post(probe, json={"sdp": "v=0", "type": "offer"}) as r:
+                    assert r.status == 403, await r.text()
+        finally:
+            await caller.close()
+
+    asyncio.run(run())
 
 
 def test_two_workers_share_the_port_sum_metrics_restart_and_stop_cleanly(two_workers):
