@@ -39,6 +39,16 @@ from agent.held_reply import UnheldSpeculationGate, mark_held_reply
 from agent.openai_http import llm_timeout, openai_httpx
 from agent.text_unescape import StreamUnescaper
 
+
+class RequestTotals:
+    """Chat completions this process has sent (``cadence_llm_requests_total``): with the turns, how many requests
+    a turn costs the LLM server (speculative ones withdrawn, empty replies retried)."""
+
+    sent = 0
+
+
+TOTALS = RequestTotals()
+
 UNREACHABLE = (APIConnectionError, APITimeoutError, httpx.TransportError, openai_httpx().TransportError, TimeoutError)
 
 
@@ -105,6 +115,10 @@ class CadenceLLMService(OpenAILLMService):
               and self._speculation_gate.is_speculating):  # its turn is not confirmed yet
             mark_held_reply(frame)
         await super().push_frame(frame, direction)
+
+    async def get_chat_completions(self, context: LLMContext) -> Any:
+        TOTALS.sent += 1
+        return await super().get_chat_completions(context)
 
     def build_chat_completion_params(self, params_from_context: Any) -> dict:
         params = super().build_chat_completion_params(params_from_context)

@@ -42,8 +42,9 @@ def install(server) -> ServerMetrics:  # server: agent.serve.CadenceServer
         server.gate = AdmissionGate(cfg.admission, overloaded=overloaded)
     elif overloaded is not None:
         server.gate.set_overloaded(overloaded)
-    registry = make_registry(CadenceCollector(stages, budgets, lambda: server.gate,
-                                              gpu_memory=getattr(server, "gpu_memory_now", None)))
+    registry = make_registry(CadenceCollector(
+        stages, budgets, lambda: server.gate, gpu_memory=getattr(server, "gpu_memory_now", None),
+        speculation=lambda: server.engines.speculation_stats if server.engines is not None else None))
     bundle = ServerMetrics(stages, budgets, registry, RuntimeMonitor(stages))
 
     from agent.metrics.observer import MetricsObserver

@@ -101,6 +101,8 @@ class LevelResult:
     gpu_memory_gib: dict[str, float] = field(default_factory=dict)  # stage -> measured GiB (from /metrics)
     caller_late_ticks: int = 0  # 20 ms sending slots the callers' own process missed
     cpu_cores: dict[str, float] = field(default_factory=dict)  # the hold's server CPU per process group (phone)
+    # the hold's server counters (phone): LLM requests, turns, replies, speculations started / confirmed / withdrawn
+    counts: dict[str, float] = field(default_factory=dict)
 
 
 def judge_level(concurrency: int, records: list[CallRecord], steady_from: float, until: float,

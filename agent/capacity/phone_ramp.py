@@ -234,6 +234,24 @@ def parse_scrape(text: str) -> dict:
             "event_loop_lag_p99_ms": tails.get("event_loop_lag")}
 
 
+COUNTED = {"cadence_llm_requests_total": "llm_requests", "cadence_turns_total": "turns",
+           "cadence_replies_total": "replies", "cadence_speculations_started_total": "speculations",
+           "cadence_speculations_confirmed_total": "confirmed", "cadence_speculations_withdrawn_total": "withdrawn"}
+
+
+def server_counts(text: str) -> dict[str, float]:
+    """The counters of ``COUNTED`` on a ``/metrics`` page (labels summed), by their short names."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            short = COUNTED.get(sample.name)
+            if short is not None:
+                counts[short] = counts.get(short, 0.0) + sample.value
+    return counts
+
+
 def deal_prompts(corpus: list[Prompt], caller: int, turns: int, callers: int) -> list[Prompt]:
     """Caller ``caller``'s prompts: disjoint across callers while the corpus lasts."""
     return [corpus[(caller + k * callers) % len(corpus)] for k in range(turns)]
@@ -258,6 +276,8 @@ async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions, 
                                 max_wait_s=opts.max_wait_s)
 
     cpu: list = []  # [ServerCpu, its sample at the hold's start]
+    counts0: dict[str, float] = {}  # the server's counters at the hold's start
+    counts1: dict[str, float] = {}
 
     async def reset_at_hold(http: httpx.AsyncClient) -> bool:
         await asyncio.sleep(max(0.0, steady_from - time.monotonic()))
@@ -272,6 +292,10 @@ async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions, 
                 cpu.extend((meter, await asyncio.to_thread(meter.sample)))
         except (httpx.HTTPError, ValueError) as exc:
             logger.warning(f"capacity: no server CPU figures ({exc})")
+        try:
+            counts0.update(server_counts((await http.get(f"{opts.scrape_url}/metrics")).text))
+        except (httpx.HTTPError, ValueError) as exc:
+            logger.warning(f"capacity: no server counters at the hold's start ({exc})")
         return True
 
     async def cpu_until_hold_end() -> dict[str, float]:
@@ -295,12 +319,15 @@ async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions, 
                 r = await http.get(f"{opts.scrape_url}/metrics")
                 r.raise_for_status()
                 scraped = parse_scrape(r.text)
+                counts1 = server_counts(r.text)
             except httpx.HTTPError as exc:
                 logger.warning(f"capacity: cannot read the server's metrics ({exc})")
     ticking.set()
     await ticker_task
     result = judge_phone_level(n, list(records), steady_from, stop_at, budgets, scraped)
     result.cpu_cores = cores
+    if counts0 and scraped is not None:  # from the hold's start to every caller's end
+        result.counts = {k: v - counts0.get(k, 0.0) for k, v in counts1.items()}
     if ticker.late_ticks:
         logger.info(f"capacity: the callers' ticker missed {ticker.late_ticks}/{ticker.ticks} slots "
                     f"(max lag {ticker.max_lag_s * 1000:.0f} ms)")
@@ -335,6 +362,7 @@ def describe_phone(level: LevelResult) -> str:
             + (f"; GPU GiB {mem}" if mem else "")
             + (f"; server CPU cores {', '.join(f'{k} {v:.2f}' for k, v in level.cpu_cores.items())}"
                if level.cpu_cores else "")
+            + (f"; server counts {', '.join(f'{k} {v:.0f}' for k, v in level.counts.items())}" if level.counts else "")
             + f" -> {verdict}")
 
 

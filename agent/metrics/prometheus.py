@@ -11,6 +11,9 @@ Names (all prefixed ``cadence_``):
 - ``gpu_memory_share_bytes{stage}``, ``gpu_memory_measured_bytes{stage}`` (GPU configurations);
 - ``vad_windows_total``, ``vad_runs_total``: Silero windows scored and the batched ONNX runs that scored
   them (``agent.vad_batcher``; windows / runs is the mean batch);
+- ``llm_requests_total``: chat completions sent to the LLM server (``agent.llm_stage``);
+  ``speculations_started_total{trigger}``, ``speculations_confirmed_total``, ``speculations_withdrawn_total{reason}``:
+  speculative replies (``agent.speculative_turn``);
 - ``gc_frozen_objects``, ``event_loop_info{loop}``.
 """
 
@@ -37,8 +40,10 @@ RATIO_QUANTILES = (0.01, 0.05, 0.5)  # a ratio's bad tail is the low one
 class CadenceCollector(Collector):
     def __init__(self, metrics: StageMetrics, budgets: BudgetMonitor | None = None,
                  gate: Callable[[], AdmissionGate | None] | None = None,
-                 gpu_memory: Callable[[], list[Any]] | None = None):
+                 gpu_memory: Callable[[], list[Any]] | None = None, speculation: Callable[[], Any] | None = None):
+        """``speculation``: () -> the process's ``agent.speculative_turn.SpeculationStats`` (or None)."""
         self.metrics = metrics
+        self.speculation = speculation or (lambda: None)
         self.budgets = budgets
         self.gate = gate or (lambda: None)
         self.gpu_memory = gpu_memory  # () -> [agent.gpu_memory.StageMemory]
@@ -56,6 +61,10 @@ class CadenceCollector(Collector):
                                 value=gc.get_freeze_count())
         yield from _vad_batches()
         yield from _asr_fallback()
+        yield from _llm_requests()
+        stats = self.speculation()
+        if stats is not None:
+            yield from _speculations(stats)
         info = GaugeMetricFamily("cadence_event_loop_info", "the running event loop", labels=["loop"])
         info.add_metric([_loop_name()], 1)
         yield info
@@ -137,6 +146,27 @@ def _vad_batches() -> Iterator[Metric]:
     windows, runs = module.totals()
     yield CounterMetricFamily("cadence_vad_windows", "Silero VAD windows scored", value=windows)
     yield CounterMetricFamily("cadence_vad_runs", "batched Silero ONNX runs", value=runs)
+
+
+def _llm_requests() -> Iterator[Metric]:
+    """Chat completions sent, where this process has loaded the LLM stage (never imports it)."""
+    module = sys.modules.get("agent.llm_stage")
+    if module is not None:
+        yield CounterMetricFamily("cadence_llm_requests", "chat completions sent to the LLM server",
+                                  value=module.TOTALS.sent)
+
+
+def _speculations(stats: Any) -> Iterator[Metric]:
+    started = CounterMetricFamily("cadence_speculations_started", "speculative replies started", labels=["trigger"])
+    for trigger, n in sorted(stats.started.items()):
+        started.add_metric([trigger], n)
+    withdrawn = CounterMetricFamily("cadence_speculations_withdrawn", "speculative replies thrown away",
+                                    labels=["reason"])
+    for reason, n in sorted(stats.withdrawn.items()):
+        withdrawn.add_metric([reason], n)
+    yield started
+    yield CounterMetricFamily("cadence_speculations_confirmed", "speculative replies used", value=stats.confirmed)
+    yield withdrawn
 
 
 def _asr_fallback() -> Iterator[Metric]:

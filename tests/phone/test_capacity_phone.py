@@ -52,6 +52,9 @@ def test_two_phone_callers_against_a_real_server(tmp_path, phone_server):
     # the hold's server CPU by process group: this one process serves the calls, its llama.cpp child the LLM
     cores = level["cpu_cores"]
     assert set(cores) == {"workers", "engines", "llm", "other"} and cores["workers"] > 0.02 and cores["llm"] > 0.0
+    # the hold's server counters: at least one chat completion per reply, a turn or more answered
+    counts = level["counts"]
+    assert counts["turns"] >= 1 and counts["llm_requests"] >= counts["replies"] >= 1, counts
     # both callers were real calls on the server; nothing is left connected
     assert len(calls["recent"]) >= 2 and not calls["active"]
     assert len({c["stream_sid"] for c in calls["recent"]}) >= 2
