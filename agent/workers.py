@@ -190,6 +190,8 @@ class WorkerPool:
                 w.restarts += 1
                 try:
                     await self._wait_up([w])
+                    if self.dispatcher is not None:
+                        self.dispatcher.mark_ready(w.index)
                     backoff[w.index] = 1.0
                 except RuntimeError as exc:
                     logger.error(f"worker restart failed: {exc}")
@@ -241,6 +243,7 @@ class WorkerPool:
         up = all(row["sessions"] is not None for row in rows)
         return web.json_response({"status": "ok" if up else "degraded", "pid": os.getpid(),
                                   "balance": self.config.server.balance,
+                                  **({"connections_dropped": self.dispatcher.dropped} if self.dispatcher else {}),
                                   "sessions": sum(row["sessions"] or 0 for row in rows), "workers": rows})
 
     async def ready(self, _request: web.Request) -> web.Response:
@@ -331,6 +334,8 @@ class WorkerPool:
                 return
             tasks.append(asyncio.create_task(self.supervise(), name="worker-supervisor"))
             if self.dispatcher is not None:
+                for w in self.workers:
+                    self.dispatcher.mark_ready(w.index)
                 sock.listen(1024)
                 self.dispatcher.start()
             host, _, mport = (cfg.server.metrics_listen or f"{cfg.server.host}:{cfg.server.port + 1}").rpartition(":")

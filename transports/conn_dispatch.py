@@ -10,7 +10,9 @@ connection (its file descriptor, SCM_RIGHTS over a ``SOCK_SEQPACKET`` pair per w
 least load: its live sessions or open connections (the larger: a phone call is one connection, a browser call
 outlives its offer's), plus the connections still on their way to it. Each worker reports what it has received
 and its load every 50 ms when they change; until then the connections it has not reported count. Ties rotate.
-A worker whose pair is closed (it died) gets nothing until it is restarted with a new pair.
+A worker gets connections once it is marked ready (a restarted one loads its models first: a caller
+handed to it then would wait that long); one whose pair is closed (it died) gets nothing until it is restarted
+with a new pair and ready again.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Lane:
     handed: int = 0  # connections sent down this pair
     received: int = 0  # ... of which the worker has reported receiving
     reported: int = 0  # the worker's load as last reported (live sessions or open connections, the larger)
+    ready: bool = False  # the worker is serving: until then (its start, a restart) it gets no connections
 
     @property
     def load(self) -> int:
@@ -62,14 +65,20 @@ class ConnectionDispatcher:
         self._accepting = True
 
     def new_lane(self, index: int) -> socket.socket:
-        """A fresh pair for worker ``index`` (its first start or a restart); returns the worker's end,
-        which the caller passes to the worker and then closes."""
+        """A fresh pair for worker ``index`` (its first start or a restart), not ready yet; returns the worker's
+        end, which the caller passes to the worker and then closes."""
         self.close_lane(index)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setblocking(False)
         self.lanes[index] = Lane(ours)
         self._loop.add_reader(ours.fileno(), self._on_report, index)
         return theirs
+
+    def mark_ready(self, index: int) -> None:
+        """Worker ``index`` serves now: connections may go to it."""
+        lane = self.lanes[index]
+        if lane is not None:
+            lane.ready = True
 
     def close_lane(self, index: int) -> None:
         lane = self.lanes[index]
@@ -88,9 +97,9 @@ class ConnectionDispatcher:
             self.close_lane(index)
 
     def order(self) -> list[int]:
-        """Open lanes, least loaded first; equal loads in turn from the one after the last chosen."""
+        """Ready lanes, least loaded first; equal loads in turn from the one after the last chosen."""
         n = len(self.lanes)
-        open_ = [i for i, lane in enumerate(self.lanes) if lane is not None]
+        open_ = [i for i, lane in enumerate(self.lanes) if lane is not None and lane.ready]
         return sorted(open_, key=lambda i: (self.lanes[i].load, (i - self._rotation) % n))  # type: ignore[union-attr]
 
     def dispatch(self, conn: socket.socket) -> int | None:

@@ -187,6 +187,8 @@ class HostPool:
                 w.restarts += 1
                 try:
                     await self.wait_ready([w], 60.0)
+                    if self.dispatcher is not None:
+                        self.dispatcher.mark_ready(w.index)
                     backoff[w.index] = 1.0
                 except RuntimeError as exc:
                     log.error("host worker restart failed: %s", exc)
@@ -216,6 +218,8 @@ class HostPool:
     def accept(self) -> None:
         """Start handing connections over (``balance="least_loaded"``), once the workers are ready."""
         if self.dispatcher is not None:
+            for w in self.workers:
+                self.dispatcher.mark_ready(w.index)
             self.listen.listen(BACKLOG)
             self.dispatcher.start()
 

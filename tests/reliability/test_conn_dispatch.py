@@ -48,6 +48,8 @@ def test_connections_spread_evenly_then_follow_the_reported_load():
         listener = _listener()
         dispatcher = ConnectionDispatcher(listener, 3, asyncio.get_running_loop())
         ends = [dispatcher.new_lane(i) for i in range(3)]
+        for i in range(3):
+            dispatcher.mark_ready(i)
         dispatcher.start()
         clients = await _connect(listener.getsockname()[1], 6)
         await _settle()
@@ -67,6 +69,14 @@ def test_connections_spread_evenly_then_follow_the_reported_load():
         clients += await _connect(listener.getsockname()[1], 1)
         await _settle()
         assert [_take(e) for e in ends[:2]] == [0, 1] and dispatcher.dropped == 0
+        ends[2] = dispatcher.new_lane(2)  # restarted: no connections while it loads, its share once ready
+        clients += await _connect(listener.getsockname()[1], 2)
+        await _settle()
+        assert [_take(e) for e in ends] == [0, 2, 0]  # worker 1 (1 reported + 2 unreported) is below 0's 5 for both
+        dispatcher.mark_ready(2)
+        clients += await _connect(listener.getsockname()[1], 1)
+        await _settle()
+        assert [_take(e) for e in ends] == [0, 0, 1]
         dispatcher.close()
         listener.close()
         for _reader, writer in clients:
@@ -80,6 +90,7 @@ def test_a_connection_no_worker_can_take_is_closed_not_left_hanging():
         listener = _listener()
         dispatcher = ConnectionDispatcher(listener, 1, asyncio.get_running_loop())
         dispatcher.new_lane(0).close()
+        dispatcher.mark_ready(0)
         await _settle()
         dispatcher.start()
         reader, writer = await asyncio.open_connection("127.0.0.1", listener.getsockname()[1])
@@ -104,6 +115,7 @@ def test_a_worker_serves_a_handed_connection_and_reports_it():
         listener = _listener()
         dispatcher = ConnectionDispatcher(listener, 1, loop)
         theirs = dispatcher.new_lane(0)
+        dispatcher.mark_ready(0)
         receiver = ConnectionReceiver(theirs.detach(), server, lambda: len(server.connections), report_s=0.02)
         receiver.start(loop)
         dispatcher.start()
