@@ -103,6 +103,7 @@ class LevelResult:
     cpu_cores: dict[str, float] = field(default_factory=dict)  # the hold's server CPU per process group (phone)
     # the hold's server counters (phone): LLM requests, turns, replies, speculations started / confirmed / withdrawn
     counts: dict[str, float] = field(default_factory=dict)
+    worker_calls: list[int] = field(default_factory=list)  # live calls per worker at the hold's end (--workers N)
 
 
 def judge_level(concurrency: int, records: list[CallRecord], steady_from: float, until: float,

@@ -27,6 +27,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from loguru import logger
@@ -252,6 +253,18 @@ def server_counts(text: str) -> dict[str, float]:
     return counts
 
 
+async def worker_calls(http: Any, scrape_url: str) -> list[int]:
+    """Live calls per worker of ``cadence serve --workers N`` (the parent's ``/health``, read with the
+    ``httpx.AsyncClient`` ``http``); [] for one process."""
+    import httpx
+
+    try:
+        rows = (await http.get(f"{scrape_url}/health")).json().get("workers") or []
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return []
+    return [int(r.get("sessions") or 0) for r in rows if isinstance(r, dict)]
+
+
 def deal_prompts(corpus: list[Prompt], caller: int, turns: int, callers: int) -> list[Prompt]:
     """Caller ``caller``'s prompts: disjoint across callers while the corpus lasts."""
     return [corpus[(caller + k * callers) % len(corpus)] for k in range(turns)]
@@ -311,6 +324,7 @@ async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions, 
         await hold_end  # the CPU is read over the hold itself: no connecting, no hang-ups
         await reset
         cores = await cpu_until_hold_end()
+        per_worker = await worker_calls(http, opts.scrape_url)
         records = await calls
         # Read once every caller is done: the windows then hold every turn spoken in the hold, answers
         # included (callers start no turn after the hold, they only finish the one in flight).
@@ -326,6 +340,7 @@ async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions, 
     await ticker_task
     result = judge_phone_level(n, list(records), steady_from, stop_at, budgets, scraped)
     result.cpu_cores = cores
+    result.worker_calls = per_worker
     if counts0 and scraped is not None:  # from the hold's start to every caller's end
         result.counts = {k: v - counts0.get(k, 0.0) for k, v in counts1.items()}
     if ticker.late_ticks:
@@ -363,6 +378,7 @@ def describe_phone(level: LevelResult) -> str:
             + (f"; server CPU cores {', '.join(f'{k} {v:.2f}' for k, v in level.cpu_cores.items())}"
                if level.cpu_cores else "")
             + (f"; server counts {', '.join(f'{k} {v:.0f}' for k, v in level.counts.items())}" if level.counts else "")
+            + (f"; calls per worker {min(level.worker_calls)}-{max(level.worker_calls)}" if level.worker_calls else "")
             + f" -> {verdict}")
 
 

@@ -123,6 +123,7 @@ def test_cadence_capacity_phone_reads_the_summed_metrics_of_two_workers(tmp_path
     assert result["server"]["ready"]["capacity"] == 16 and len(result["server"]["health"]["workers"]) == 2  # 8 + 8
     level = result["levels"][0]
     assert level["turns"] >= 2 and level["unanswered"] == 0, level["reasons"]
+    assert level["worker_calls"] == [1, 1], level["worker_calls"]  # the two callers, one on each worker
     # the windows were reset through the parent at the hold and its summed page read at the end
     assert level["stage_tails"]["asr_final"] is not None and level["stage_tails"]["first_audio"] is not None
 
