@@ -1,8 +1,10 @@
 """Read an OpenAI-style multipart transcription request, streaming the file to disk.
 
-The file part never sits in memory: it is written to a temporary file chunk by chunk and
-the byte limit is enforced as it arrives (and up front from ``Content-Length``), so an
-hour-long upload costs a disk file, and an oversized one is refused without reading it all.
+A file part larger than ``memory_wav.MAX_BYTES`` never sits in memory: it is written to a temporary file chunk
+by chunk and the byte limit is enforced as it arrives (and up front from ``Content-Length``), so an hour-long
+upload costs a disk file, and an oversized one is refused without reading it all. A smaller one is read into
+memory first and kept there if it is a WAV ``asr.offline.memory_wav`` decodes (``Upload.data``), else written
+to a temporary file as the larger ones are.
 The temporary file is removed on every way out of ``read_upload`` that does not hand it over:
 a refused or malformed body (400/413), a client that disconnects mid-upload, a cancellation.
 """
@@ -18,7 +20,9 @@ from pathlib import Path
 
 from aiohttp import web
 
+from asr.offline.decode import AudioInfo, PcmLayout
 from asr.offline.errors import ApiError
+from asr.offline.memory_wav import MAX_BYTES, memory_wav
 
 FIELD_LIMIT = 64 * 1024  # bytes for any text field
 
@@ -29,12 +33,19 @@ class Upload:
     filename: str = ""
     size: int = 0
     fields: dict[str, list[str]] = field(default_factory=dict)
+    data: bytes | None = None  # a small PCM WAV kept in memory (no ``path``) ...
+    wav: tuple[AudioInfo, PcmLayout] | None = None  # ... and what its header says
+
+    @property
+    def has_file(self) -> bool:
+        return self.path is not None or self.data is not None
 
     def get(self, name: str, default: str | None = None) -> str | None:
         values = self.fields.get(name)
         return values[-1] if values else default
 
     def cleanup(self) -> None:
+        self.data = None
         if self.path is not None:
             self.path.unlink(missing_ok=True)
             self.path = None
@@ -109,7 +120,7 @@ async def _read_upload(request: web.Request, max_bytes: int, tmp_dir: str | None
         while (part := await reader.next()) is not None:
             name = part.name or ""
             if name == "file" and part.filename is not None:  # type: ignore[union-attr]
-                if upload.path is not None:
+                if upload.has_file:
                     raise ApiError(400, "send one 'file' part, not several", param="file")
                 await _save_file(part, upload, max_bytes, tmp_dir, progress)  # type: ignore[arg-type]
             else:
@@ -135,6 +146,21 @@ async def _read_upload(request: web.Request, max_bytes: int, tmp_dir: str | None
 async def _save_file(part: object, upload: Upload, max_bytes: int, tmp_dir: str | None,
                      progress: UploadProgress | None = None) -> None:
     filename = getattr(part, "filename", "") or ""
+    head = b""
+    if progress is None:  # no early reader needs it on disk: the first MAX_BYTES in memory
+        buf = bytearray()
+        while len(buf) <= MAX_BYTES and (chunk := await part.read_chunk(1 << 20)):  # type: ignore[attr-defined]
+            buf += chunk
+            upload.size += len(chunk)
+            if upload.size > max_bytes:
+                raise _too_large(max_bytes)
+        if len(buf) <= MAX_BYTES:  # all of it
+            upload.filename = filename
+            upload.wav = memory_wav(bytes(buf))
+            if upload.wav is not None:
+                upload.data = bytes(buf)
+                return
+        head = bytes(buf)  # to disk, then the rest
     suffix = Path(filename).suffix[:16]
     fd, name = tempfile.mkstemp(prefix="cadence-upload-", suffix=suffix, dir=tmp_dir)
     upload.path, upload.filename = Path(name), filename
@@ -142,6 +168,7 @@ async def _save_file(part: object, upload: Upload, max_bytes: int, tmp_dir: str 
         progress.path = upload.path
         progress.fields = {k: list(v) for k, v in upload.fields.items()}
     with os.fdopen(fd, "wb") as f:
+        f.write(head)
         while chunk := await part.read_chunk(1 << 20):  # type: ignore[attr-defined]
             upload.size += len(chunk)
             if upload.size > max_bytes:
