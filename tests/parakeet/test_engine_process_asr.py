@@ -102,8 +102,10 @@ async def test_pipecat_stt_service_over_the_socket(engine_socket, tiny_dir):
     pcm = (np.clip(clip, -1, 1) * 32767).astype(np.int16)
     frames = [VADUserStartedSpeakingFrame()]
     for lo in range(0, len(pcm), 320):
+        # in real time, as a caller speaks: each partial (every 640 ms of audio) has the time a live call gives it
+        # to come back before the VAD stop (at 5x real time a loaded CI box returned them after the final: dropped)
         frames += [InputAudioRawFrame(audio=pcm[lo: lo + 320].tobytes(), sample_rate=16000, num_channels=1),
-                   SleepFrame(sleep=0.004)]
+                   SleepFrame(sleep=0.02)]
     frames += [VADUserStoppedSpeakingFrame(stop_secs=0.2), SleepFrame(sleep=0.8)]
     service = ParakeetSTTService(RemoteStreamBatcher(engine_socket), preroll_s=0.0, audio_passthrough=False)
     down, _ = await run_test(service, frames_to_send=frames, pipeline_params=PipelineParams(audio_in_sample_rate=16000))
