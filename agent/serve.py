@@ -380,18 +380,19 @@ class CadenceServer:
             probe.router.add_patch("/api/offer", self._forwarded(self.signalling.patch))
         return probe
 
-    @staticmethod
-    def _forwarded(handler: Callable[[web.Request], Awaitable[web.Response]]) -> Any:
-        """Another worker's request about a peer of this one: only one that names a peer (no new call starts on
-        the key-less probe)."""
+    def _forwarded(self, handler: Callable[[web.Request], Awaitable[web.Response]]) -> Any:
+        """Another worker's request about a live peer of this one, and nothing else: no new call starts on the
+        key-less probe (an offer naming an unknown peer would make one)."""
         async def forwarded(request: web.Request) -> web.Response:
             try:
-                named = isinstance((await request.json()).get("pc_id"), str)
+                pc_id = (await request.json()).get("pc_id")
             except (ValueError, AttributeError):
-                named = False
-            if not named:
+                pc_id = None
+            if not isinstance(pc_id, str):
                 return web.json_response({"error": "only requests about an existing peer are taken here"},
                                          status=403)
+            if self.signalling is None or pc_id not in self.signalling.connections:
+                return web.json_response({"error": "peer connection not found"}, status=404)
             return await handler(request)
         return forwarded
 

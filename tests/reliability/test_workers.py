@@ -162,6 +162,8 @@ def test_a_browser_peers_later_requests_reach_its_worker_over_a_new_connection(t
                 probe = f"http://127.0.0.1:{rows[owner[0]]['probe_port']}/api/offer"  # no key there: no new calls
                 async with http.post(probe, json={"sdp": "v=0", "type": "offer"}) as r:
                     assert r.status == 403, await r.text()
+                async with http.post(probe, json={"sdp": "v=0", "type": "offer", "pc_id": f"w{owner[0]}-new"}) as r:
+                    assert r.status == 404, await r.text()  # naming an unknown peer does not start a call either
         finally:
             await caller.close()
 
