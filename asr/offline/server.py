@@ -44,7 +44,7 @@ from asr.offline.decode import (
 from asr.offline.errors import ApiError
 from asr.offline.formats import RESPONSE_FORMATS, render
 from asr.offline.inflight import LocalInflight
-from asr.offline.memory_wav import INLINE_SAMPLES, decode_memory_wav
+from asr.offline.memory_audio import INLINE_SAMPLES, decode_memory_audio
 from asr.offline.server_stream import POLL_S, ClientGone, client_gone, stream_transcript
 from asr.offline.transcriber import OfflineTranscriber, Timings, timings_header
 from asr.offline.upload import Upload, UploadProgress, read_upload
@@ -299,11 +299,11 @@ class TranscriptionServer:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         try:
-            if upload.data is not None and upload.wav is not None:  # a small PCM WAV, in memory (memory_wav.py)
-                rate, info = self.transcriber.engine.sample_rate, upload.wav[0]
-                # a copy and a scale (~30 s at the engine's rate: ~0.5 ms) here; a resample or more in a thread
-                inline = info.rate == rate and info.frames * info.channels <= INLINE_SAMPLES
-                decode = partial(decode_memory_wav, upload.data, *upload.wav, rate, max_seconds=self.options.max_audio_s)
+            if upload.data is not None and upload.wav is not None:  # a small upload, in memory (memory_audio.py)
+                rate, (info, layout) = self.transcriber.engine.sample_rate, upload.wav
+                # a WAV's copy and scale (~30 s at the engine's rate: ~0.5 ms) here; libsndfile or a resample in a thread
+                inline = layout is not None and info.rate == rate and info.frames * info.channels <= INLINE_SAMPLES
+                decode = partial(decode_memory_audio, upload.data, *upload.wav, rate, max_seconds=self.options.max_audio_s)
                 audio = decode() if inline else await asyncio.to_thread(decode)
             else:
                 audio = await asyncio.to_thread(decode_file, upload.path, self.transcriber.engine.sample_rate,

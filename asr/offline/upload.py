@@ -1,9 +1,9 @@
 """Read an OpenAI-style multipart transcription request, streaming the file to disk.
 
-A file part larger than ``memory_wav.MAX_BYTES`` never sits in memory: it is written to a temporary file chunk
+A file part larger than ``memory_audio.MAX_BYTES`` never sits in memory: it is written to a temporary file chunk
 by chunk and the byte limit is enforced as it arrives (and up front from ``Content-Length``), so an hour-long
 upload costs a disk file, and an oversized one is refused without reading it all. A smaller one is read into
-memory first and kept there if it is a WAV ``asr.offline.memory_wav`` decodes (``Upload.data``), else written
+memory first and kept there if ``asr.offline.memory_audio`` decodes it (``Upload.data``), else written
 to a temporary file as the larger ones are.
 The temporary file is removed on every way out of ``read_upload`` that does not hand it over:
 a refused or malformed body (400/413), a client that disconnects mid-upload, a cancellation.
@@ -22,7 +22,7 @@ from aiohttp import web
 
 from asr.offline.decode import AudioInfo, PcmLayout
 from asr.offline.errors import ApiError
-from asr.offline.memory_wav import MAX_BYTES, memory_wav
+from asr.offline.memory_audio import MAX_BYTES, memory_audio
 
 FIELD_LIMIT = 64 * 1024  # bytes for any text field
 
@@ -33,8 +33,8 @@ class Upload:
     filename: str = ""
     size: int = 0
     fields: dict[str, list[str]] = field(default_factory=dict)
-    data: bytes | None = None  # a small PCM WAV kept in memory (no ``path``) ...
-    wav: tuple[AudioInfo, PcmLayout] | None = None  # ... and what its header says
+    data: bytes | None = None  # a small file kept in memory (no ``path``) ...
+    wav: tuple[AudioInfo, PcmLayout | None] | None = None  # ... and what it holds (``memory_audio``)
 
     @property
     def has_file(self) -> bool:
@@ -156,7 +156,7 @@ async def _save_file(part: object, upload: Upload, max_bytes: int, tmp_dir: str 
                 raise _too_large(max_bytes)
         if len(buf) <= MAX_BYTES:  # all of it
             upload.filename = filename
-            upload.wav = memory_wav(bytes(buf))
+            upload.wav = memory_audio(bytes(buf))
             if upload.wav is not None:
                 upload.data = bytes(buf)
                 return
