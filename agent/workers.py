@@ -334,10 +334,7 @@ class WorkerPool:
                 return
             tasks.append(asyncio.create_task(self.supervise(), name="worker-supervisor"))
             if self.dispatcher is not None:
-                for w in self.workers:
-                    self.dispatcher.mark_ready(w.index)
-                sock.listen(1024)
-                self.dispatcher.start()
+                self.dispatcher.start(backlog=1024)
             host, _, mport = (cfg.server.metrics_listen or f"{cfg.server.host}:{cfg.server.port + 1}").rpartition(":")
             runner = web.AppRunner(self.make_app(), shutdown_timeout=1.0)
             await runner.setup()

@@ -52,14 +52,17 @@ class ConnectionDispatcher:
     def __init__(self, listener: socket.socket, workers: int, loop: asyncio.AbstractEventLoop):
         self.listener = listener
         self.lanes: list[Lane | None] = [None] * workers
-        self.dispatched = 0
         self.dropped = 0  # connections closed because no worker could take them
         self._rotation = 0
         self._loop = loop
         self._accepting = False
 
-    def start(self) -> None:
-        """Start accepting (the listener must be bound and listening)."""
+    def start(self, backlog: int) -> None:
+        """The workers started so far serve: listen on the bound listener and start handing connections over."""
+        for lane in self.lanes:
+            if lane is not None:
+                lane.ready = True
+        self.listener.listen(backlog)
         self.listener.setblocking(False)
         self._loop.add_reader(self.listener.fileno(), self._on_accept)
         self._accepting = True
@@ -117,7 +120,6 @@ class ConnectionDispatcher:
                 self.close_lane(index)
                 continue
             lane.handed += 1
-            self.dispatched += 1
             self._rotation = (index + 1) % len(self.lanes)
             return index
         self.dropped += 1

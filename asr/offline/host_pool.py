@@ -218,10 +218,7 @@ class HostPool:
     def accept(self) -> None:
         """Start handing connections over (``balance="least_loaded"``), once the workers are ready."""
         if self.dispatcher is not None:
-            for w in self.workers:
-                self.dispatcher.mark_ready(w.index)
-            self.listen.listen(BACKLOG)
-            self.dispatcher.start()
+            self.dispatcher.start(BACKLOG)
 
     def close(self) -> None:
         if self.dispatcher is not None:

@@ -48,9 +48,7 @@ def test_connections_spread_evenly_then_follow_the_reported_load():
         listener = _listener()
         dispatcher = ConnectionDispatcher(listener, 3, asyncio.get_running_loop())
         ends = [dispatcher.new_lane(i) for i in range(3)]
-        for i in range(3):
-            dispatcher.mark_ready(i)
-        dispatcher.start()
+        dispatcher.start(64)
         clients = await _connect(listener.getsockname()[1], 6)
         await _settle()
         assert [_take(e) for e in ends] == [2, 2, 2]  # the kernel's hash would not guarantee this
@@ -90,9 +88,8 @@ def test_a_connection_no_worker_can_take_is_closed_not_left_hanging():
         listener = _listener()
         dispatcher = ConnectionDispatcher(listener, 1, asyncio.get_running_loop())
         dispatcher.new_lane(0).close()
-        dispatcher.mark_ready(0)
         await _settle()
-        dispatcher.start()
+        dispatcher.start(64)
         reader, writer = await asyncio.open_connection("127.0.0.1", listener.getsockname()[1])
         assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the parent
         assert dispatcher.dropped == 1
@@ -115,10 +112,9 @@ def test_a_worker_serves_a_handed_connection_and_reports_it():
         listener = _listener()
         dispatcher = ConnectionDispatcher(listener, 1, loop)
         theirs = dispatcher.new_lane(0)
-        dispatcher.mark_ready(0)
         receiver = ConnectionReceiver(theirs.detach(), server, lambda: len(server.connections), report_s=0.02)
         receiver.start(loop)
-        dispatcher.start()
+        dispatcher.start(64)
         url = f"http://127.0.0.1:{listener.getsockname()[1]}/who"
         async with httpx.AsyncClient() as http:
             answer = await http.get(url)
