@@ -278,7 +278,8 @@ class TranscriptionServer:
         return _answer(transcript, params, early.timings)
 
     async def _transcribe(self, request: web.Request, upload: Upload, params: Params) -> web.StreamResponse:
-        info = upload.wav[0] if upload.wav is not None else await asyncio.to_thread(probe, upload.path)
+        info = (upload.memory_info[0] if upload.memory_info is not None
+                else await asyncio.to_thread(probe, upload.path))
         # Unknown until decoded (containers libsndfile cannot read): guess from the size at 16 kbit/s.
         seconds = upload.size / 2000
         if info is not None:
@@ -299,11 +300,12 @@ class TranscriptionServer:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         try:
-            if upload.data is not None and upload.wav is not None:  # a small upload, in memory (memory_audio.py)
-                rate, (info, layout) = self.transcriber.engine.sample_rate, upload.wav
+            if upload.data is not None and upload.memory_info is not None:  # a small upload, in memory (memory_audio.py)
+                rate, (info, layout) = self.transcriber.engine.sample_rate, upload.memory_info
                 # a WAV's copy and scale (~30 s at the engine's rate: ~0.5 ms) here; libsndfile or a resample in a thread
                 inline = layout is not None and info.rate == rate and info.frames * info.channels <= INLINE_SAMPLES
-                decode = partial(decode_memory_audio, upload.data, *upload.wav, rate, max_seconds=self.options.max_audio_s)
+                decode = partial(decode_memory_audio, upload.data, info, layout, rate,
+                                 max_seconds=self.options.max_audio_s)
                 audio = decode() if inline else await asyncio.to_thread(decode)
             else:
                 audio = await asyncio.to_thread(decode_file, upload.path, self.transcriber.engine.sample_rate,

@@ -34,7 +34,7 @@ class Upload:
     size: int = 0
     fields: dict[str, list[str]] = field(default_factory=dict)
     data: bytes | None = None  # a small file kept in memory (no ``path``) ...
-    wav: tuple[AudioInfo, PcmLayout | None] | None = None  # ... and what it holds (``memory_audio``)
+    memory_info: tuple[AudioInfo, PcmLayout | None] | None = None  # ... and what it holds (``memory_audio``)
 
     @property
     def has_file(self) -> bool:
@@ -154,13 +154,16 @@ async def _save_file(part: object, upload: Upload, max_bytes: int, tmp_dir: str 
             upload.size += len(chunk)
             if upload.size > max_bytes:
                 raise _too_large(max_bytes)
-        if len(buf) <= MAX_BYTES:  # all of it
+        head = bytes(buf)
+        if len(head) <= MAX_BYTES:  # all of it
             upload.filename = filename
-            upload.wav = memory_audio(bytes(buf))
-            if upload.wav is not None:
-                upload.data = bytes(buf)
+            # a WAV's header is read here; libsndfile's look at anything else (an MP3 is scanned) in a thread
+            upload.memory_info = (memory_audio(head) if head[:4] == b"RIFF"
+                                  else await asyncio.to_thread(memory_audio, head))
+            if upload.memory_info is not None:
+                upload.data = head
                 return
-        head = bytes(buf)  # to disk, then the rest
+        # to disk: the head, then the rest
     suffix = Path(filename).suffix[:16]
     fd, name = tempfile.mkstemp(prefix="cadence-upload-", suffix=suffix, dir=tmp_dir)
     upload.path, upload.filename = Path(name), filename
