@@ -120,6 +120,18 @@ async def test_an_engine_that_cannot_answer_leaves_the_turn_to_this_process(tmp_
     await gone.cleanup()
 
 
+async def test_an_engine_slower_than_the_deadline_leaves_the_turn_to_this_process(engine):
+    from agent.shared_models import SharedSmartTurnAnalyzerV3
+
+    late = analyzer(engine, timeout_s=1e-4)  # no reply crosses the socket in 0.1 ms
+    feed([late], speech16k("queue-thankyou"))
+    expected = SharedSmartTurnAnalyzerV3()._predict_endpoint(late.segment())["probability"]
+    _, metrics = await late.analyze_end_of_turn()
+    assert late.fallbacks == 1
+    assert metrics.probability == pytest.approx(expected, abs=1e-5)
+    await late.cleanup()
+
+
 async def test_an_engine_without_the_model_answers_with_an_error_and_the_turn_is_still_scored(tmp_path):
     path = str(tmp_path / "e.sock")
     proc = await asyncio.to_thread(start_engine_server, path, {})  # its ready probe runs a loop of its own
