@@ -44,6 +44,7 @@ from agent.llm_stage import CadenceLLMService
 from agent.models import piper_voice
 from agent.observer_fanout import FanOutObserver
 from agent.openai_http import llm_http_client
+from agent.quiet_volume import QuietGateVolumeTracker
 from agent.segment_turn_stop import QuietSegmentedTurnAnalyzerStopStrategy
 from agent.shared_models import SharedSileroVADAnalyzer, SharedSmartTurnAnalyzerV3
 from agent.speculative_audio_gate import SpeculativeAudioGate
@@ -242,14 +243,15 @@ def make_vad(config: Config) -> SileroVADAnalyzer:
     """Silero VAD on the process's shared ONNX session (a caller's connect costs no model load).
 
     With ``vad.batch_windows`` the windows of all the process's callers are scored together
-    (``agent.vad_batcher``).
+    (``agent.vad_batcher``); with ``vad.quiet_gate`` a window too quiet for the volume measure's gate skips it.
     """
     v = config.vad
     params = VADParams(confidence=v.confidence, start_secs=v.start_secs, stop_secs=v.stop_secs,
                        min_volume=v.min_volume)
-    if v.batch_windows:
-        return BatchedSileroVADAnalyzer(params=params)
-    return SharedSileroVADAnalyzer(params=params)
+    vad = BatchedSileroVADAnalyzer(params=params) if v.batch_windows else SharedSileroVADAnalyzer(params=params)
+    if v.quiet_gate:
+        vad._volume_tracker = QuietGateVolumeTracker()
+    return vad
 
 
 TURN_MODELS = ("onnx", "engine")
