@@ -21,6 +21,7 @@ from pipecat.turns.types import ProcessFrameResult
 from pipecat.turns.user_stop import TurnAnalyzerUserTurnStopStrategy
 
 from agent.sentence_end import reads_finished
+from agent.turn_ends import TURN_ENDS
 
 
 class FinishedTextStopMixin:
@@ -81,6 +82,7 @@ class FinishedTextStopMixin:
         if self._turn_complete or self._vad_user_speaking or self._text_end_blocked():
             return
         self.ended_on_finished_text += 1
+        TURN_ENDS["finished_text"] += 1
         self._turn_complete = True
         await self._maybe_trigger_user_turn_stopped()
 

@@ -21,6 +21,8 @@ from pipecat.audio.vad.silero import SileroOnnxModel, SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADParams
 from pipecat.utils.env import env_truthy
 
+from agent.turn_ends import CountedTurnEnds
+
 _LOCK = threading.Lock()
 _SESSIONS: dict[str, ort.InferenceSession] = {}
 
@@ -65,7 +67,7 @@ class SharedSileroVADAnalyzer(SileroVADAnalyzer):
         self._low_confidence_windows = 0
 
 
-class SharedSmartTurnAnalyzerV3(LocalSmartTurnAnalyzerV3):
+class SharedSmartTurnAnalyzerV3(CountedTurnEnds, LocalSmartTurnAnalyzerV3):
     """``LocalSmartTurnAnalyzerV3`` (bundled model, one thread per inference) on the shared session."""
 
     def __init__(self, **kwargs: Any):

@@ -39,6 +39,7 @@ from agent.capacity.corpus import ASTERISK_DIR
 from agent.config import Config
 from agent.finished_text_stop import FinishedTextStopMixin
 from agent.pipeline import make_turn_strategies
+from agent.turn_ends import BY, TURN_ENDS
 from transports.audio_io import load_audio
 
 CLIP = ASTERISK_DIR / "hello-world.wav"
@@ -88,9 +89,11 @@ def _audio(samples: np.ndarray, pace_s: float) -> list[Frame]:
 
 
 async def _turn_end_after_vad_stop(finished_secs: float, speculate: str,
-                                   engine: str = "parakeet") -> tuple[float, int, float | None]:
-    """Turn end after the VAD stop (s), whether the rule ended it, and the speculative request's lead on the
-    turn end (s; None: no speculation). Whisper's one final per VAD segment comes as Parakeet's does here."""
+                                   engine: str = "parakeet") -> tuple[float, int, float | None, dict[str, int]]:
+    """Turn end after the VAD stop (s), whether the rule ended it, the speculative request's lead on the
+    turn end (s; None: no speculation) and the process's turn-end counts it added (``agent.turn_ends``).
+    Whisper's one final per VAD segment comes as Parakeet's does here."""
+    before = dict(TURN_ENDS)
     config = Config()
     config.asr.engine = engine
     config.llm.speculate = speculate
@@ -111,14 +114,18 @@ async def _turn_end_after_vad_stop(finished_secs: float, speculate: str,
                    pipeline_params=PipelineParams(audio_in_sample_rate=16000))
     assert vad.vad_stop_at is not None and out.turn_end_at, "the turn never ended"
     lead = out.turn_end_at[0] - out.speculation_at[0] if out.speculation_at else None
-    return out.turn_end_at[0] - vad.vad_stop_at, stop.ended_on_finished_text, lead
+    added = {by: TURN_ENDS[by] - before.get(by, 0) for by in BY}
+    return out.turn_end_at[0] - vad.vad_stop_at, stop.ended_on_finished_text, lead, added
 
 
 @pytest.mark.skipif(not CLIP.is_file(), reason="needs asterisk-core-sounds-en-wav (installed by scripts/install.sh)")
 @pytest.mark.parametrize(("engine", "speculate"), [("parakeet", "final"), ("parakeet", ""), ("whisper", "final")])
 def test_a_finished_final_ends_the_turn_before_smart_turns_fallback(engine, speculate):
-    without, by_rule_off, lead_off = asyncio.run(_turn_end_after_vad_stop(-1.0, speculate, engine))
-    with_rule, by_rule, lead = asyncio.run(_turn_end_after_vad_stop(0.3, speculate, engine))
+    without, by_rule_off, lead_off, ends_off = asyncio.run(_turn_end_after_vad_stop(-1.0, speculate, engine))
+    with_rule, by_rule, lead, ends = asyncio.run(_turn_end_after_vad_stop(0.3, speculate, engine))
+    # the turn-end counts say which path ended each turn: the fallback's silence, then the rule
+    assert ends_off == {"model": 0, "silence": 1, "finished_text": 0}, ends_off
+    assert ends == {"model": 0, "silence": 0, "finished_text": 1}, ends
     print(f"{engine} speculate={speculate!r}: turn end {with_rule * 1000:.0f} ms after the VAD stop with the rule, "
           f"{without * 1000:.0f} ms without; speculative request {lead} s before it")
     # With speculation the reply is requested on the final once smart-turn has called the turn unfinished

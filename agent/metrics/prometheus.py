@@ -14,6 +14,8 @@ Names (all prefixed ``cadence_``):
 - ``llm_requests_total``: chat completions sent to the LLM server (``agent.llm_stage``);
   ``speculations_started_total{trigger}``, ``speculations_confirmed_total``, ``speculations_withdrawn_total{reason}``:
   speculative replies (``agent.speculative_turn``);
+- ``turn_ends_total{by}``: what ended the callers' turns, ``model`` / ``silence`` / ``finished_text``
+  (``agent.turn_ends``);
 - ``gc_frozen_objects``, ``event_loop_info{loop}``.
 """
 
@@ -62,6 +64,7 @@ class CadenceCollector(Collector):
         yield from _vad_batches()
         yield from _asr_fallback()
         yield from _llm_requests()
+        yield from _turn_ends()
         stats = self.speculation()
         if stats is not None:
             yield from _speculations(stats)
@@ -154,6 +157,17 @@ def _llm_requests() -> Iterator[Metric]:
     if module is not None:
         yield CounterMetricFamily("cadence_llm_requests", "chat completions sent to the LLM server",
                                   value=module.TOTALS.sent)
+
+
+def _turn_ends() -> Iterator[Metric]:
+    """What ended the turns, where this process has loaded a turn analyzer (never imports it)."""
+    module = sys.modules.get("agent.turn_ends")
+    if module is None:
+        return
+    family = CounterMetricFamily("cadence_turn_ends", "caller turns ended, by what ended them", labels=["by"])
+    for by in module.BY:
+        family.add_metric([by], module.TURN_ENDS[by])
+    yield family
 
 
 def _speculations(stats: Any) -> Iterator[Metric]:

@@ -23,6 +23,7 @@ from pipecat.audio.turn.base_turn_analyzer import EndOfTurnState
 from pipecat.audio.turn.smart_turn.base_smart_turn import BaseSmartTurn
 from pipecat.metrics.metrics import MetricsData, TurnMetricsData
 
+from agent.turn_ends import TURN_ENDS, CountedTurnEnds
 from transports.engine_link import EngineUnavailable, Links
 
 MODEL_RATE = 16000
@@ -90,7 +91,7 @@ def remote_turn_model(path: str) -> RemoteTurnModel:
     return _MODELS[path]
 
 
-class RemoteSmartTurnAnalyzer(BaseSmartTurn):
+class RemoteSmartTurnAnalyzer(CountedTurnEnds, BaseSmartTurn):
     """pipecat's smart-turn analyzer whose model runs batched in the engine process at ``socket``."""
 
     def __init__(self, socket: str, *, timeout_s: float = 1.0, **kwargs: Any):
@@ -134,6 +135,7 @@ class RemoteSmartTurnAnalyzer(BaseSmartTurn):
         state = EndOfTurnState.COMPLETE if complete else EndOfTurnState.INCOMPLETE
         if complete:
             self._clear(state)
+            TURN_ENDS["model"] += 1  # (this method replaces CountedTurnEnds', which counts the ONNX analyzer's)
         return state, metrics
 
     async def _local(self, audio16k: np.ndarray, why: BaseException) -> float:

@@ -19,6 +19,7 @@ from agent.config import Config, ConfigError
 from agent.engine_process import engine_spec, turn_host, turn_socket
 from agent.smart_turn.features import last_window
 from agent.smart_turn.remote import RemoteSmartTurnAnalyzer
+from agent.turn_ends import TURN_ENDS
 from testkit.engine_server import start_engine_server, stop_engine_server
 from testkit.servers import cadence_serve
 from tests.turn.test_smart_turn_torch import speech16k
@@ -99,7 +100,9 @@ async def test_phone_audio_is_resampled_and_concurrent_callers_share_batches(eng
         callers.append(a)
     conn = await Connection.open(engine, 2.0)
     before = (await conn.call("stats"))["turn"]
+    model_ends = TURN_ENDS["model"]
     results = await asyncio.gather(*(a.analyze_end_of_turn() for a in callers))
+    assert TURN_ENDS["model"] - model_ends == sum(state == EndOfTurnState.COMPLETE for state, _ in results)
     after = (await conn.call("stats"))["turn"]
     await conn.aclose()
     assert all(0.0 <= m.probability <= 1.0 for _, m in results)
