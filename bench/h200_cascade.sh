@@ -123,7 +123,9 @@ if [ "${DRY_RUN:-0}" != 1 ]; then
     .whl/*.whl > "$LOGS/pip.log" 2>&1 || { say "pip install failed"; tail -20 "$LOGS/pip.log"; exit 1; }
 fi
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-export CADENCE_COMMIT="$(head -1 .cascade/COMMIT 2>/dev/null || echo unknown)"
+# the tree travels without .git: CADENCE_COMMIT=<hash> in the call's command names it; else .cascade/COMMIT, which
+# bench/wheels_cascade.sh wrote when it ran (stale after later commits: run 63 was labelled 07f99aa at 04951e1)
+export CADENCE_COMMIT="${CADENCE_COMMIT:-$(head -1 .cascade/COMMIT 2>/dev/null || echo unknown)}"
 say "commit $CADENCE_COMMIT; wheels installed"
 # shellcheck source=bench/compile_cache.sh
 source bench/compile_cache.sh && compile_cache_on && say "$(compile_cache_status)"
