@@ -44,7 +44,6 @@ from agent.llm_stage import CadenceLLMService
 from agent.models import piper_voice
 from agent.observer_fanout import FanOutObserver
 from agent.openai_http import llm_http_client
-from agent.quiet_volume import QuietGateVolumeTracker
 from agent.segment_turn_stop import QuietSegmentedTurnAnalyzerStopStrategy
 from agent.shared_models import SharedSileroVADAnalyzer, SharedSmartTurnAnalyzerV3
 from agent.speculative_audio_gate import SpeculativeAudioGate
@@ -248,10 +247,9 @@ def make_vad(config: Config) -> SileroVADAnalyzer:
     v = config.vad
     params = VADParams(confidence=v.confidence, start_secs=v.start_secs, stop_secs=v.stop_secs,
                        min_volume=v.min_volume)
-    vad = BatchedSileroVADAnalyzer(params=params) if v.batch_windows else SharedSileroVADAnalyzer(params=params)
-    if v.quiet_gate:
-        vad._volume_tracker = QuietGateVolumeTracker()
-    return vad
+    if v.batch_windows:
+        return BatchedSileroVADAnalyzer(params=params, quiet_gate=v.quiet_gate)
+    return SharedSileroVADAnalyzer(params=params, quiet_gate=v.quiet_gate)
 
 
 TURN_MODELS = ("onnx", "engine")

@@ -21,6 +21,7 @@ from pipecat.audio.vad.silero import SileroOnnxModel, SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADParams
 from pipecat.utils.env import env_truthy
 
+from agent.quiet_volume import QuietGateVolumeTracker
 from agent.turn_ends import CountedTurnEnds
 
 _LOCK = threading.Lock()
@@ -60,8 +61,10 @@ class _SileroState(SileroOnnxModel):
 class SharedSileroVADAnalyzer(SileroVADAnalyzer):
     """``SileroVADAnalyzer`` with the process's shared session (per-caller state as stock)."""
 
-    def __init__(self, *, sample_rate: int | None = None, params: VADParams | None = None):
+    def __init__(self, *, sample_rate: int | None = None, params: VADParams | None = None, quiet_gate: bool = False):
         VADAnalyzer.__init__(self, sample_rate=sample_rate, params=params)
+        if quiet_gate:  # the same volume, without its loudness measure on windows too quiet to pass its gate
+            self._volume_tracker = QuietGateVolumeTracker()
         self._model = _SileroState(silero_session())
         self._windows_since_reset = 0
         self._low_confidence_windows = 0

@@ -130,8 +130,8 @@ class BatchedSileroVADAnalyzer(SharedSileroVADAnalyzer):
     """``SileroVADAnalyzer`` whose windows are scored with every other caller's of this process."""
 
     def __init__(self, *, sample_rate: int | None = None, params: VADParams | None = None,
-                 batcher: SileroBatcher | None = None):
-        super().__init__(sample_rate=sample_rate, params=params)
+                 batcher: SileroBatcher | None = None, quiet_gate: bool = False):
+        super().__init__(sample_rate=sample_rate, params=params, quiet_gate=quiet_gate)
         self._batcher = batcher
 
     async def analyze_audio(self, buffer: bytes) -> VADState:

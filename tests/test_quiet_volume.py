@@ -98,9 +98,7 @@ def test_a_recorded_call_decides_as_stock(rate: int) -> None:
 
     async def run(gate: bool) -> tuple[list, list, int]:
         batcher = SileroBatcher(silero_session())
-        vad = BatchedSileroVADAnalyzer(params=params, batcher=batcher)
-        if gate:
-            vad._volume_tracker = QuietGateVolumeTracker()
+        vad = BatchedSileroVADAnalyzer(params=params, batcher=batcher, quiet_gate=gate)
         vad.set_sample_rate(rate)
         states, volumes = [], []
         for i in range(0, len(pcm), step):

@@ -111,28 +111,20 @@ async def test_phone_audio_is_resampled_and_concurrent_callers_share_batches(eng
     assert after["batches"] - before["batches"] < len(names)  # at least two callers scored in one call
 
 
-async def test_an_engine_that_cannot_answer_leaves_the_turn_to_this_process(tmp_path):
+@pytest.mark.parametrize("why", ["no engine at the socket", "slower than the deadline"])
+async def test_an_engine_that_cannot_answer_leaves_the_turn_to_this_process(why, engine, tmp_path):
     from agent.shared_models import SharedSmartTurnAnalyzerV3
 
-    gone = analyzer(str(tmp_path / "nobody.sock"))
-    feed([gone], speech16k("queue-thankyou"))
-    expected = SharedSmartTurnAnalyzerV3()._predict_endpoint(gone.segment())["probability"]
-    _, metrics = await gone.analyze_end_of_turn()
-    assert gone.fallbacks == 1
+    if why == "no engine at the socket":
+        a = analyzer(str(tmp_path / "nobody.sock"))
+    else:
+        a = analyzer(engine, timeout_s=1e-4)  # no reply crosses the socket in 0.1 ms
+    feed([a], speech16k("queue-thankyou"))
+    expected = SharedSmartTurnAnalyzerV3()._predict_endpoint(a.segment())["probability"]
+    _, metrics = await a.analyze_end_of_turn()
+    assert a.fallbacks == 1
     assert metrics.probability == pytest.approx(expected, abs=1e-5)
-    await gone.cleanup()
-
-
-async def test_an_engine_slower_than_the_deadline_leaves_the_turn_to_this_process(engine):
-    from agent.shared_models import SharedSmartTurnAnalyzerV3
-
-    late = analyzer(engine, timeout_s=1e-4)  # no reply crosses the socket in 0.1 ms
-    feed([late], speech16k("queue-thankyou"))
-    expected = SharedSmartTurnAnalyzerV3()._predict_endpoint(late.segment())["probability"]
-    _, metrics = await late.analyze_end_of_turn()
-    assert late.fallbacks == 1
-    assert metrics.probability == pytest.approx(expected, abs=1e-5)
-    await late.cleanup()
+    await a.cleanup()
 
 
 async def test_an_engine_without_the_model_answers_with_an_error_and_the_turn_is_still_scored(tmp_path):
