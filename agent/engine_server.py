@@ -261,6 +261,14 @@ def _phases(engine: Any) -> dict[str, float]:
     return dict(getattr(model, "phase_s", None) or {})
 
 
+def _graph_counts(engine: Any) -> str:
+    """Kokoro's decoder graphs so far: batches replayed whole, in groups of rows, with rows run eagerly."""
+    graphs = getattr(getattr(getattr(engine, "batcher", None), "model", None), "graphs", None)
+    if graphs is None:
+        return ""
+    return f"; graphs replays {graphs.replays} split {graphs.split_batches} eager {graphs.fallbacks}"
+
+
 async def report_load(server: EngineServer, every_s: float, tick_s: float = 0.05) -> None:
     """Log, every ``every_s``: this process's CPU share, the event loop's lag (worst and p99 of ``tick_s``
     sleeps), and what each hosted batcher did in the interval (ticks, mean batch, busy share, queue).
@@ -289,7 +297,8 @@ async def report_load(server: EngineServer, every_s: float, tick_s: float = 0.05
             ticks, utts = now["ticks"] - tts0["ticks"], now["utterances"] - tts0["utterances"]
             parts.append(f"tts ticks {ticks} mean batch {utts / ticks if ticks else 0:.1f} busy "
                          f"{(now['busy_s'] - tts0['busy_s']) / (wall - wall0):.2f} audio "
-                         f"{now['audio_s'] - tts0['audio_s']:.0f} s pending {batcher.pending}")
+                         f"{now['audio_s'] - tts0['audio_s']:.0f} s pending {batcher.pending} oom splits "
+                         f"{now['oom_splits'] - tts0['oom_splits']}{_graph_counts(server.engine)}")
             tts0 = now
             phases = _phases(server.engine)
             if phases:  # where Kokoro's batches spent that time (issuing work vs waiting for the GPU)

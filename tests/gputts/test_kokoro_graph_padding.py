@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 from tts.kokoro import config as kconfig  # noqa: E402
 from tts.kokoro.checkpoint import build_random, random_voice  # noqa: E402
+from tts.kokoro.decoder_graphs import split_rows  # noqa: E402
 from tts.kokoro.layers import Span, masked_lstm, packed_lstm  # noqa: E402
 from tts.kokoro.model import Utterance  # noqa: E402
 
@@ -135,3 +136,63 @@ def test_acoustic_pass_in_a_larger_bucket_equals_each_item_alone(model64) -> Non
         np.testing.assert_allclose(got, one.audio[0], atol=1e-7, rtol=0)
         assert not audio[row, n:].any()
     assert torch.isfinite(audio).all()
+
+
+class PaddedBuckets:
+    """``DecoderGraphs``' replay without CUDA: the rows zero-padded into a bucket's (batch, frames) buffers and the
+    acoustic pass run at that shape, which is what a captured graph computes."""
+
+    def __init__(self, model, buckets: list[tuple[int, int]]):
+        self.model, self.buckets = model, buckets
+        self.replays = self.fallbacks = self.split_batches = 0
+        self.shapes: list[tuple[int, int]] = []
+
+    def pick(self, b: int, f: int):
+        held = [k for k in self.buckets if k[0] >= b and k[1] >= f]
+        return min(held, key=lambda k: k[0] * k[1]) if held else None
+
+    def split(self, frames: list[int]):
+        return split_rows(frames, self.buckets)
+
+    def run(self, en, asr, s_pro, style, lens, noise):
+        b, f = asr.shape[0], asr.shape[-1]
+        k = self.pick(b, f)
+        if k is None:
+            self.fallbacks += 1
+            return None
+        rows, frames = k
+        spf = self.model.samples_per_frame
+        big_lens = torch.zeros(rows, dtype=torch.int64)
+        big_lens[:b] = lens
+        audio = self.model.acoustic_pass(_pad(en, rows, 2, frames), _pad(asr, rows, 2, frames),
+                                         _pad(s_pro, rows, 1, s_pro.shape[1]), _pad(style, rows, 1, style.shape[1]),
+                                         big_lens, _pad(noise, rows, 1, frames * spf))
+        self.replays += 1
+        self.shapes.append(k)
+        return audio[:b, : f * spf]
+
+
+@pytest.mark.parametrize("longest_fits", [True, False])
+def test_a_batch_no_bucket_holds_is_replayed_in_groups(model64, longest_fits: bool) -> None:
+    """Run 64: a batch past every bucket ran eagerly (and out of memory on the GPU). It is now replayed in groups of
+    rows that each fit a bucket, a row longer than every bucket runs eagerly, and every item's audio is the audio
+    the whole batch gets eagerly."""
+    voice = random_voice(model64.config, seed=4).double()
+    items = [Utterance(ids, voice[len(ids) - 1, 0], 1.0, seed=10 + i) for i, ids in enumerate(IDS)]
+    eager = model64.synthesize(items)
+    frames = [sum(d) for d in eager.durations]
+    order = sorted(range(3), key=lambda r: -frames[r])
+    assert frames[order[0]] > frames[order[1]]  # the fixture's durations differ
+    top = frames[order[0]] if longest_fits else frames[order[1]]
+    stand_in = PaddedBuckets(model64, [(1, top + 8), (2, top + 8)])  # no bucket holds 3 rows
+    model64.graphs = stand_in
+    try:
+        grouped = model64.synthesize(items)
+    finally:
+        model64.graphs = None
+    assert stand_in.split_batches == 1 and stand_in.fallbacks == (0 if longest_fits else 1)
+    assert stand_in.shapes == ([(2, top + 8), (1, top + 8)] if longest_fits else [(2, top + 8)])
+    assert grouped.durations == eager.durations
+    for got, want in zip(grouped.audio, eager.audio, strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=1e-7, rtol=0)

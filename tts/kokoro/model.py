@@ -207,25 +207,56 @@ class KokoroModel(nn.Module):
         asr = _align(t_en, index_t) * fspan.mask
 
         dd = self.decoder_dtype
-        noise = _noise(items, [n * self.samples_per_frame for n in frames], f * self.samples_per_frame, dev, work)
-        audio = None
-        if self.graphs is not None:  # one replay of the bucket's graph; None: no bucket holds this batch
-            audio = self.graphs.run(en, asr.to(dd), s_pro, s_dec.to(dd), fspan.lens, noise)
-            out_lengths = [n * self.samples_per_frame for n in frames]
-        if audio is None:
+        spf = self.samples_per_frame
+        noise = _noise(items, [n * spf for n in frames], f * spf, dev, work)
+        out_lengths = [n * spf for n in frames]
+        pieces: list[tuple[list[int] | None, torch.Tensor]] = []  # (rows, or None for all; their padded audio)
+        if self.graphs is not None and self.graphs.pick(len(items), f) is not None:  # one replay of its bucket
+            pieces.append((None, self.graphs.run(en, asr.to(dd), s_pro, s_dec.to(dd), fspan.lens, noise)))
+        elif self.graphs is not None:  # in groups of rows that each fit a bucket, and the rows none holds eagerly
+            groups, eager = self.graphs.split(frames)
+            self.graphs.split_batches += 1
+            self.graphs.fallbacks += bool(eager)
+            for rows in groups:
+                pieces.append((rows, self._rows_acoustic(rows, frames, frame_bucket, en, asr, s_pro, s_dec,
+                                                         fspan.lens, noise, replay=True)))
+            if eager:
+                pieces.append((eager, self._rows_acoustic(eager, frames, frame_bucket, en, asr, s_pro, s_dec,
+                                                          fspan.lens, noise, replay=False)))
+        else:
             f0, energy = self.predictor.f0_energy(en, s_pro, fspan, fspan2)
             audio, out_lengths = self.decoder(asr.to(dd), f0.to(dd), energy.to(dd), s_dec.to(dd), fspan.to(dd),
                                               fspan2.to(dd), noise, work)
-        audio = torch.nan_to_num(audio.float(), nan=0.0, posinf=1.0, neginf=-1.0).clamp_(-1.0, 1.0)
+            pieces.append((None, audio))
+        pieces = [(rows, torch.nan_to_num(a.float(), nan=0.0, posinf=1.0, neginf=-1.0).clamp_(-1.0, 1.0))
+                  for rows, a in pieces]
         t3 = time.perf_counter()
-        audio = audio.cpu().numpy()
+        out: list[np.ndarray | None] = [None] * len(items)
+        for rows, a in pieces:
+            host = a.cpu().numpy()
+            for j, row in enumerate(range(len(items)) if rows is None else rows):
+                out[row] = host[j, :out_lengths[row]].copy()
         t4 = time.perf_counter()
         phase = self.phase_s
         phase["text_launch"] += t1 - t0
         phase["text_wait"] += t2 - t1
         phase["rest_launch"] += t3 - t2
         phase["rest_wait"] += t4 - t3
-        return BatchResult([audio[row, :n].copy() for row, n in enumerate(out_lengths)], durations, f)
+        return BatchResult(out, durations, f)
+
+    def _rows_acoustic(self, rows: list[int], frames: list[int], frame_bucket: int, en: torch.Tensor,
+                       asr: torch.Tensor, s_pro: torch.Tensor, s_dec: torch.Tensor, lens: torch.Tensor,
+                       noise: torch.Tensor, replay: bool) -> torch.Tensor:
+        """The padded audio of ``rows`` of a batch: replayed from the bucket that holds them, or eagerly
+        (:meth:`acoustic_pass`). Inputs past each row's frames are zero, so a row's audio does not depend on
+        the rows it is grouped with or on the padding."""
+        dd = self.decoder_dtype
+        f = _round_up(max(frames[r] for r in rows), frame_bucket)
+        idx = torch.tensor(rows, device=en.device)
+        args = (en[idx, :, :f], asr[idx, :, :f].to(dd), s_pro[idx], s_dec[idx].to(dd), lens[idx],
+                noise[idx, : f * self.samples_per_frame])
+        audio = self.graphs.run(*args) if replay and self.graphs is not None else None
+        return audio if audio is not None else self.acoustic_pass(*args)
 
     def text_pass(self, ids: torch.Tensor, tokens: Span, s_pro: torch.Tensor, speed: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
