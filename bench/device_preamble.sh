@@ -10,7 +10,8 @@ export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export TORCHINDUCTOR_CACHE_DIR=/tmp/cadence-inductor
 # shellcheck source=bench/compile_cache.sh
 source bench/compile_cache.sh && compile_cache_on && say "$(compile_cache_status)"
-# the device's copy of the tree may carry an older .git: the commit is the one bench/wheels_cascade.sh wrote
-CADENCE_COMMIT="$(head -1 .cascade/COMMIT 2>/dev/null || echo unknown)"
+# the commit: the call's CADENCE_COMMIT=<hash> first (the tree travels without .git); else .cascade/COMMIT, only as fresh as the
+# last bench/wheels_cascade.sh (run 65's first pass said 07f99aa for a tree at 539bb48)
+CADENCE_COMMIT="${CADENCE_COMMIT:-$(head -1 .cascade/COMMIT 2>/dev/null || echo unknown)}"
 export CADENCE_COMMIT
 say "commit $CADENCE_COMMIT; $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
