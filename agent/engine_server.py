@@ -262,11 +262,13 @@ def _phases(engine: Any) -> dict[str, float]:
 
 
 def _graph_counts(engine: Any) -> str:
-    """Kokoro's decoder graphs so far: batches replayed whole, in groups of rows, with rows run eagerly."""
-    graphs = getattr(getattr(getattr(engine, "batcher", None), "model", None), "graphs", None)
-    if graphs is None:
-        return ""
-    return f"; graphs replays {graphs.replays} split {graphs.split_batches} eager {graphs.fallbacks}"
+    """Kokoro's text and decoder graphs so far: replays, batches replayed in groups of rows, batches with rows run
+    eagerly."""
+    model = getattr(getattr(engine, "batcher", None), "model", None)
+    parts = [f"{name} graphs replays {g.replays} split {g.split_batches} eager {g.fallbacks}"
+             for name, g in (("text", getattr(model, "text_graphs", None)), ("decoder", getattr(model, "graphs", None)))
+             if g is not None]
+    return "".join("; " + p for p in parts)
 
 
 async def report_load(server: EngineServer, every_s: float, tick_s: float = 0.05) -> None:

@@ -170,7 +170,7 @@ def test_decoder_graphs_match_eager(model: KokoroModel) -> None:
 
 def test_text_graphs_match_eager(model: KokoroModel) -> None:
     """The text side replayed from CUDA graphs (ALBERT, encoders, masked BiLSTMs over a larger padded bucket)
-    gives the eager durations and audio; a batch past every bucket runs eagerly."""
+    gives the eager durations and audio; a batch past every bucket is replayed in groups of rows."""
     items = _items(model)
     eager = model.synthesize(items, frame_bucket=8)
     eager_one = model.synthesize(items[1:2], frame_bucket=8)
@@ -180,11 +180,12 @@ def test_text_graphs_match_eager(model: KokoroModel) -> None:
         replayed = model.synthesize(items, frame_bucket=8)  # 4 items of <= 74 tokens -> the (4, 96) bucket
         one = model.synthesize(items[1:2], frame_bucket=8)  # the (1, 32) bucket
         assert graphs.replays == 2 and graphs.fallbacks == 0
-        model.synthesize(items * 3, frame_bucket=8)  # 12 items > max_batch 8: eager
-        assert graphs.fallbacks == 1
+        grouped = model.synthesize(items * 3, frame_bucket=8)  # 12 items > max_batch 8: groups of 8 + 4
+        assert graphs.split_batches == 1 and graphs.replays == 4 and graphs.fallbacks == 0
     finally:
         model.text_graphs = None
     assert replayed.durations == eager.durations and one.durations == eager_one.durations
+    assert grouped.durations == eager.durations * 3
     for got, ref in [*zip(replayed.audio, eager.audio, strict=True), (one.audio[0], eager_one.audio[0])]:
         assert len(got) == len(ref) and np.isfinite(got).all()
         assert np.abs(got - ref).max() < 1e-3 * np.abs(ref).max()

@@ -196,3 +196,61 @@ def test_a_batch_no_bucket_holds_is_replayed_in_groups(model64, longest_fits: bo
     for got, want in zip(grouped.audio, eager.audio, strict=True):
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, atol=1e-7, rtol=0)
+
+
+class PaddedTextBuckets:
+    """``TextGraphs``' replay without CUDA: the rows zero-padded into a bucket's (batch, tokens) buffers (spare rows
+    one token long, speed 1) and the text pass run at that shape, which is what a captured graph computes."""
+
+    def __init__(self, model, buckets: list[tuple[int, int]]):
+        self.model, self.buckets = model, buckets
+        self.replays = self.fallbacks = self.split_batches = 0
+        self.shapes: list[tuple[int, int]] = []
+
+    def pick(self, b: int, t: int):
+        held = [k for k in self.buckets if k[0] >= b and k[1] >= t]
+        return min(held, key=lambda k: k[0] * k[1]) if held else None
+
+    def split(self, lengths: list[int]):
+        return split_rows(lengths, self.buckets)
+
+    def run(self, ids, lens, s_pro, speed):
+        b, t = ids.shape
+        k = self.pick(b, t)
+        if k is None:
+            self.fallbacks += 1
+            return None
+        rows, tokens = k
+        big_lens = torch.ones(rows, dtype=torch.int64)
+        big_lens[:b] = lens
+        big_speed = torch.ones(rows, dtype=speed.dtype)
+        big_speed[:b] = speed
+        d, dur, t_en = self.model.text_pass(_pad(ids, rows, 1, tokens), Span.of_lens(big_lens, tokens, s_pro.dtype),
+                                            _pad(s_pro, rows, 1, s_pro.shape[1]), big_speed)
+        self.replays += 1
+        self.shapes.append(k)
+        return d[:b, :t], dur[:b, :t], t_en[:b, :, :t]
+
+
+@pytest.mark.parametrize("longest_fits", [True, False])
+def test_a_batch_no_text_bucket_holds_is_replayed_in_groups(model64, longest_fits: bool) -> None:
+    """The text side likewise: a batch past every text bucket is replayed in groups of rows (a clause longer than
+    every bucket eagerly), with the durations and audio of the whole batch run eagerly."""
+    voice = random_voice(model64.config, seed=5).double()
+    items = [Utterance(ids, voice[len(ids) - 1, 0], speed, seed=20 + i)
+             for i, (ids, speed) in enumerate(zip(IDS, (1.0, 0.8, 1.25), strict=True))]
+    eager = model64.synthesize(items)
+    lengths = sorted((len(ids) + 2 for ids in IDS), reverse=True)  # tokens with the two boundary ids
+    top = lengths[0] if longest_fits else lengths[1]
+    stand_in = PaddedTextBuckets(model64, [(1, top + 3), (2, top + 3)])  # no bucket holds 3 rows
+    model64.text_graphs = stand_in
+    try:
+        grouped = model64.synthesize(items)
+    finally:
+        model64.text_graphs = None
+    assert stand_in.split_batches == 1 and stand_in.fallbacks == (0 if longest_fits else 1)
+    assert stand_in.shapes == ([(2, top + 3), (1, top + 3)] if longest_fits else [(2, top + 3)])
+    assert grouped.durations == eager.durations
+    for got, want in zip(grouped.audio, eager.audio, strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=1e-7, rtol=0)

@@ -188,8 +188,7 @@ class KokoroModel(nn.Module):
         s_pro = ref[:, self.style_dim:].clone(memory_format=dense)
         speed = torch.tensor([it.speed for it in items], dtype=text_dtype).to(dev, non_blocking=True)
 
-        text = self.text_graphs.run(ids_t, tokens.lens, s_pro, speed) if self.text_graphs is not None else None
-        d, dur, t_en = text if text is not None else self.text_pass(ids_t, tokens, s_pro, speed)
+        d, dur, t_en = self._text_side(ids_t, tokens, lengths, s_pro, speed)
         t1 = time.perf_counter()
         dur_host = dur.cpu().numpy()  # the batch's one device-to-host sync before the decoder
         t2 = time.perf_counter()
@@ -243,6 +242,41 @@ class KokoroModel(nn.Module):
         phase["rest_launch"] += t3 - t2
         phase["rest_wait"] += t4 - t3
         return BatchResult(out, durations, f)
+
+    def _text_side(self, ids: torch.Tensor, tokens: Span, lengths: list[int], s_pro: torch.Tensor,
+                   speed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`text_pass` for the batch: one replay of the text graph bucket that holds it; else replays of
+        groups of rows that each fit one (``split_rows``, longest first) scattered back into the batch's padded
+        outputs, the rows no bucket holds run eagerly; eagerly whole without text graphs."""
+        graphs = self.text_graphs
+        if graphs is None or graphs.pick(*ids.shape) is None:
+            groups, eager = graphs.split(lengths) if graphs is not None else ([], [])
+            if not groups:
+                if graphs is not None:
+                    graphs.fallbacks += 1
+                return self.text_pass(ids, tokens, s_pro, speed)
+            graphs.split_batches += 1
+            graphs.fallbacks += bool(eager)
+            b, t = ids.shape
+            out: list[torch.Tensor] = []
+            for rows, replay in [(rows, True) for rows in groups] + ([(eager, False)] if eager else []):
+                n = max(lengths[r] for r in rows)
+                idx = torch.tensor(rows, device=ids.device)
+                if replay:
+                    part = graphs.run(ids[idx, :n], tokens.lens[idx], s_pro[idx], speed[idx])
+                else:
+                    span = Span.of([lengths[r] for r in rows], n, ids.device, tokens.mask.dtype)
+                    part = self.text_pass(ids[idx, :n], span, s_pro[idx], speed[idx])
+                if not out:  # the batch's outputs: d (b, t, C + S), dur (b, t), t_en (b, C, t), zero padded
+                    out = [part[0].new_zeros(b, t, part[0].shape[2]), part[1].new_zeros(b, t),
+                           part[2].new_zeros(b, part[2].shape[1], t)]
+                out[0][idx, :n] = part[0]
+                out[1][idx, :n] = part[1]
+                out[2][idx, :, :n] = part[2]
+            return out[0], out[1], out[2]
+        text = graphs.run(ids, tokens.lens, s_pro, speed)
+        assert text is not None
+        return text
 
     def _rows_acoustic(self, rows: list[int], frames: list[int], frame_bucket: int, en: torch.Tensor,
                        asr: torch.Tensor, s_pro: torch.Tensor, s_dec: torch.Tensor, lens: torch.Tensor,

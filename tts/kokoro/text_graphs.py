@@ -9,8 +9,9 @@ interpreter with the engine's sockets. A replayed graph is one launch.
 How: ``KokoroModel.text_pass`` reads the lengths only as a device tensor (``Span.of_lens``,
 ``layers.masked_lstm``), so for a bucket (B, T) it is captured once over static buffers: ids (B, T), lengths,
 the prosody style and the speed. A batch of b <= B items of t <= T tokens is zero-padded into them (rows past
-b get one token, so no attention row is empty), replayed, and its three outputs copied out. Batches past every
-bucket (longer clauses, larger batches) run eagerly. The graphs share one pool of their own.
+b get one token, so no attention row is empty), replayed, and its three outputs copied out. A batch no bucket
+holds whole (a larger batch, longer clauses) is replayed in groups of rows that each fit one
+(``KokoroModel._text_side``); only a clause past every bucket runs eagerly. The graphs share one pool of their own.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from tts.kokoro.decoder_graphs import bucket_sizes
+from tts.kokoro.decoder_graphs import bucket_sizes, split_rows
 from tts.kokoro.layers import Span
 
 if TYPE_CHECKING:
@@ -59,7 +60,8 @@ class TextGraphs:
         self._pool = torch.cuda.graph_pool_handle()
         self._lock = threading.Lock()
         self.replays = 0
-        self.fallbacks = 0  # batches outside every bucket (run eagerly)
+        self.fallbacks = 0  # batches with rows outside every bucket (run eagerly)
+        self.split_batches = 0  # batches no bucket held whole, replayed in groups of rows (KokoroModel._text_side)
         self.capture_s = 0.0
 
     def _buffers(self, b: int, t: int) -> _Bucket:
@@ -101,6 +103,10 @@ class TextGraphs:
     @property
     def captured(self) -> int:
         return len(self._buckets)
+
+    def split(self, lengths: list[int]) -> tuple[list[list[int]], list[int]]:
+        """``split_rows`` of the batch's token lengths over the captured buckets."""
+        return split_rows(lengths, list(self._buckets))
 
     def pick(self, b: int, t: int) -> _Bucket | None:
         """The smallest captured bucket holding ``b`` items of ``t`` tokens (None: none does)."""
