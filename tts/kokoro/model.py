@@ -262,9 +262,8 @@ class KokoroModel(nn.Module):
             for rows, replay in [(rows, True) for rows in groups] + ([(eager, False)] if eager else []):
                 n = max(lengths[r] for r in rows)
                 idx = torch.tensor(rows, device=ids.device)
-                if replay:
-                    part = graphs.run(ids[idx, :n], tokens.lens[idx], s_pro[idx], speed[idx])
-                else:
+                part = graphs.run(ids[idx, :n], tokens.lens[idx], s_pro[idx], speed[idx]) if replay else None
+                if part is None:
                     span = Span.of([lengths[r] for r in rows], n, ids.device, tokens.mask.dtype)
                     part = self.text_pass(ids[idx, :n], span, s_pro[idx], speed[idx])
                 if not out:  # the batch's outputs: d (b, t, C + S), dur (b, t), t_en (b, C, t), zero padded
