@@ -59,6 +59,7 @@ from agent.speculative_turn import (
 from agent.timed_vad import TimedVADProcessor
 from agent.tool_calls import ToolCallStyle, register_tools
 from agent.transcripts import CallTranscript
+from agent.turn_ends import count_stop_timeouts
 from agent.vad_batcher import BatchedSileroVADAnalyzer
 from tts.engines import TTSEngine, create_engine
 from tts.phrase_cache import PhraseCache, phrase_cache_for
@@ -363,10 +364,7 @@ def build_worker(
     )
     user_aggregator = aggregators.user()
 
-    @user_aggregator.event_handler("on_user_turn_stop_timeout")
-    async def _stop_timeout(_aggregator: Any) -> None:
-        # pipecat's 5 s safety net: no stop strategy ended the turn (no transcript text reached it)
-        logger.info(f"session {session_id}: turn ended by pipecat's user_turn_stop_timeout, not by a stop strategy")
+    count_stop_timeouts(user_aggregator, session_id)
 
     call = config.call
     transcript = None

@@ -39,7 +39,7 @@ from agent.capacity.corpus import ASTERISK_DIR
 from agent.config import Config
 from agent.finished_text_stop import FinishedTextStopMixin
 from agent.pipeline import make_turn_strategies
-from agent.turn_ends import BY, TURN_ENDS
+from agent.turn_ends import BY, TURN_ENDS, count_stop_timeouts
 from transports.audio_io import load_audio
 
 CLIP = ASTERISK_DIR / "hello-world.wav"
@@ -124,8 +124,8 @@ def test_a_finished_final_ends_the_turn_before_smart_turns_fallback(engine, spec
     without, by_rule_off, lead_off, ends_off = asyncio.run(_turn_end_after_vad_stop(-1.0, speculate, engine))
     with_rule, by_rule, lead, ends = asyncio.run(_turn_end_after_vad_stop(0.3, speculate, engine))
     # the turn-end counts say which path ended each turn: the fallback's silence, then the rule
-    assert ends_off == {"model": 0, "silence": 1, "finished_text": 0}, ends_off
-    assert ends == {"model": 0, "silence": 0, "finished_text": 1}, ends
+    assert ends_off == {"model": 0, "silence": 1, "finished_text": 0, "timeout": 0}, ends_off
+    assert ends == {"model": 0, "silence": 0, "finished_text": 1, "timeout": 0}, ends
     print(f"{engine} speculate={speculate!r}: turn end {with_rule * 1000:.0f} ms after the VAD stop with the rule, "
           f"{without * 1000:.0f} ms without; speculative request {lead} s before it")
     # With speculation the reply is requested on the final once smart-turn has called the turn unfinished
@@ -139,3 +139,33 @@ def test_a_finished_final_ends_the_turn_before_smart_turns_fallback(engine, spec
     assert by_rule_off == 0 and without >= 0.5, f"smart-turn ended the turn at once ({without:.2f} s)"
     assert by_rule == 1
     assert 0.25 <= with_rule <= 0.45, f"the finished final ended the turn {with_rule:.2f} s after the VAD stop"
+
+
+@pytest.mark.skipif(not CLIP.is_file(), reason="needs asterisk-core-sounds-en-wav (installed by scripts/install.sh)")
+def test_a_turn_without_transcript_text_is_counted_as_ended_by_the_stop_timeout():
+    """Run 64: three turns whose final transcript was empty waited for pipecat's user_turn_stop_timeout and got no
+    reply. Such a turn is counted (``timeout``) and is not counted as ended by the model, silence or its text."""
+
+    async def run() -> tuple[dict[str, int], list[float]]:
+        before = dict(TURN_ENDS)
+        config = Config()
+        config.asr.engine = "parakeet"
+        strategies = make_turn_strategies(config)
+        pair = LLMContextAggregatorPair(LLMContext(), user_params=LLMUserAggregatorParams(
+            user_turn_strategies=strategies, user_turn_stop_timeout=1.2))  # past the 0.8 s fallback, as 5 s is
+        count_stop_timeouts(pair.user(), "test")
+        speech = load_audio(CLIP, 16000)
+        quiet = np.zeros(int(16000 * STOP_SECS), np.float32)
+        frames = [VADUserStartedSpeakingFrame(start_secs=0.1), *_audio(speech, 0.0), *_audio(quiet, 0.0),
+                  VADUserStoppedSpeakingFrame(stop_secs=STOP_SECS),  # and no transcript
+                  *_audio(np.zeros(int(16000 * 2.0), np.float32), 0.02)]
+        out = Stamped()
+        await run_test(Pipeline([StopAt(), pair.user(), out]), frames_to_send=frames,
+                       pipeline_params=PipelineParams(audio_in_sample_rate=16000))
+        return {by: TURN_ENDS[by] - before.get(by, 0) for by in BY}, out.turn_end_at
+
+    added, turn_ends = asyncio.run(run())
+    # smart-turn calls "Hello world." unfinished, its 0.8 s fallback of quiet then says complete (counted as
+    # silence), but with no text the strategy does not end the turn: pipecat's timeout does
+    assert added == {"model": 0, "silence": 1, "finished_text": 0, "timeout": 1}, added
+    assert len(turn_ends) == 1

@@ -56,7 +56,7 @@ def test_two_phone_callers_against_a_real_server(tmp_path, phone_server):
     counts = level["counts"]
     assert counts["turns"] >= 1 and counts["llm_requests"] >= counts["replies"] >= 1, counts
     # and what ended the turns: smart-turn's verdict, its silence fallback or the finished-sentence rule
-    assert {"ends_model", "ends_silence", "ends_finished_text"} <= set(counts), counts
+    assert {"ends_model", "ends_silence", "ends_finished_text", "ends_timeout"} <= set(counts), counts
     assert counts["ends_model"] + counts["ends_silence"] + counts["ends_finished_text"] >= 1, counts
     # both callers were real calls on the server; nothing is left connected
     assert len(calls["recent"]) >= 2 and not calls["active"]
