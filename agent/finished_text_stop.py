@@ -16,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import time
 
+from loguru import logger
 from pipecat.frames.frames import Frame, TranscriptionFrame, VADUserStoppedSpeakingFrame
 from pipecat.turns.types import ProcessFrameResult
 from pipecat.turns.user_stop import TurnAnalyzerUserTurnStopStrategy
 
 from agent.sentence_end import reads_finished
-from agent.turn_ends import TURN_ENDS
+from agent.turn_ends import TURN_ENDS, strategy_state
 
 
 class FinishedTextStopMixin:
@@ -37,6 +38,8 @@ class FinishedTextStopMixin:
         self._vad_stop_at: float | None = None  # time.time() of this turn's last VAD stop
         self._finished_task: asyncio.Task | None = None
         self.ended_on_finished_text = 0  # turns this rule ended (tests, diagnosis)
+        self._ended_this_turn = False
+        self.unended: list[str] = []  # what it had seen of each turn something else ended (tests, diagnosis)
 
     def _text_end_blocked(self) -> bool:
         """True while the turn must not end on its text yet (the segmented strategy: a transcript is due)."""
@@ -54,6 +57,20 @@ class FinishedTextStopMixin:
     async def cleanup(self):
         await self._cancel_finished_task()
         await super().cleanup()
+
+    async def trigger_user_turn_stopped(self, *args, **kwargs):
+        self._ended_this_turn = True
+        await super().trigger_user_turn_stopped(*args, **kwargs)
+
+    async def handle_user_turn_stopped(self):
+        """Log what this strategy had seen of a turn after its VAD stop that it did not end (pipecat's
+        ``user_turn_stop_timeout`` or the call's end: run 64's three turns that waited 5 s), before the reset."""
+        if not self._ended_this_turn and (self._vad_stopped or self._text):
+            state = strategy_state(self)
+            self.unended.append(state)
+            logger.info(f"a turn ended without its stop strategy: {state}")
+        self._ended_this_turn = False
+        await super().handle_user_turn_stopped()
 
     async def process_frame(self, frame: Frame) -> ProcessFrameResult:
         if isinstance(frame, VADUserStoppedSpeakingFrame):

@@ -6,9 +6,11 @@
   floor under the first-audio tail;
 - ``finished_text``: unfinished for the model, but the newest final transcript reads as a finished sentence
   (``agent.finished_text_stop``);
-- ``timeout``: no stop strategy ended it and pipecat's ``user_turn_stop_timeout`` (5 s) did: the turn reached the
-  stop strategy with no transcript text (noise, or an ASR that heard no words), so it gets no reply
-  (``count_stop_timeouts``; run 64 had 3 such turns of ~470 with random Parakeet weights).
+- ``timeout``: no stop strategy ended it and pipecat's ``user_turn_stop_timeout`` (5 s after the last VAD event or
+  transcript) did (``count_stop_timeouts``). The strategy ends a turn once the analyzer (or its silence fallback)
+  says complete and transcript text is in, so such a turn lacked one of them; the strategy logs which
+  (``FinishedTextStopMixin.handle_user_turn_stopped``). Run 64 had 3 such turns of ~470, two answered after the
+  5 s, one not at all.
 
 The two analyzers of the end of turn (pipecat's ONNX one and the engine-backed one) take ``CountedTurnEnds``
 first in their bases; the finished-text rule counts itself.
@@ -25,16 +27,24 @@ from pipecat.metrics.metrics import MetricsData
 
 TURN_ENDS: Counter[str] = Counter()
 BY = ("model", "silence", "finished_text", "timeout")
+STRATEGY_STATE = ("_text", "_turn_complete", "_vad_user_speaking", "_vad_stopped", "_transcript_finalized",
+                  "_timeout_expired")  # what pipecat's TurnAnalyzerUserTurnStopStrategy decides on
+
+
+def strategy_state(strategy: Any) -> str:
+    """The stop strategy's view of the turn when it did not end it (``STRATEGY_STATE``, those it has)."""
+    parts = [f"{name.lstrip('_')}={getattr(strategy, name)!r}" for name in STRATEGY_STATE if hasattr(strategy, name)]
+    return f"{type(strategy).__name__}(" + ", ".join(parts) + ")"
 
 
 def count_stop_timeouts(user_aggregator: Any, session_id: str) -> None:
-    """Count (``timeout``) and log each turn of this call that pipecat's ``user_turn_stop_timeout`` ended."""
+    """Count (``timeout``) and log each turn of this call that pipecat's ``user_turn_stop_timeout`` ended (the stop
+    strategy logs what it had seen of it: ``agent.finished_text_stop``)."""
 
     @user_aggregator.event_handler("on_user_turn_stop_timeout")
     async def _stop_timeout(_aggregator: Any) -> None:
         TURN_ENDS["timeout"] += 1
-        logger.info(f"session {session_id}: turn ended by pipecat's user_turn_stop_timeout, not by a stop strategy "
-                    "(no transcript text reached it)")
+        logger.info(f"session {session_id}: turn ended by pipecat's user_turn_stop_timeout, not by a stop strategy")
 
 
 class CountedTurnEnds:

@@ -143,8 +143,8 @@ def test_a_finished_final_ends_the_turn_before_smart_turns_fallback(engine, spec
 
 @pytest.mark.skipif(not CLIP.is_file(), reason="needs asterisk-core-sounds-en-wav (installed by scripts/install.sh)")
 def test_a_turn_without_transcript_text_is_counted_as_ended_by_the_stop_timeout():
-    """Run 64: three turns whose final transcript was empty waited for pipecat's user_turn_stop_timeout and got no
-    reply. Such a turn is counted (``timeout``) and is not counted as ended by the model, silence or its text."""
+    """Run 64: three turns waited for pipecat's user_turn_stop_timeout (5 s). Such a turn is counted (``timeout``),
+    and the stop strategy says what it had seen (here: the analyzer's verdict but no transcript text)."""
 
     async def run() -> tuple[dict[str, int], list[float]]:
         before = dict(TURN_ENDS)
@@ -162,9 +162,12 @@ def test_a_turn_without_transcript_text_is_counted_as_ended_by_the_stop_timeout(
         out = Stamped()
         await run_test(Pipeline([StopAt(), pair.user(), out]), frames_to_send=frames,
                        pipeline_params=PipelineParams(audio_in_sample_rate=16000))
-        return {by: TURN_ENDS[by] - before.get(by, 0) for by in BY}, out.turn_end_at
+        return {by: TURN_ENDS[by] - before.get(by, 0) for by in BY}, out.turn_end_at, strategies.stop[0].unended
 
-    added, turn_ends = asyncio.run(run())
+    added, turn_ends, unended = asyncio.run(run())
+    # the strategy says what held the turn: the silence fallback's verdict was in, the transcript text was not
+    assert len(unended) == 1 and "text=''" in unended[0] and "turn_complete=True" in unended[0], unended
+    assert "vad_stopped=True" in unended[0], unended
     # smart-turn calls "Hello world." unfinished, its 0.8 s fallback of quiet then says complete (counted as
     # silence), but with no text the strategy does not end the turn: pipecat's timeout does
     assert added == {"model": 0, "silence": 1, "finished_text": 0, "timeout": 1}, added
