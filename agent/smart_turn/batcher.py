@@ -75,10 +75,11 @@ class TurnBatcher:
             raise ValueError(f"a batch of {rows} exceeds this batcher's max_batch of {self.max_batch}")
         staging = self._staging
         dirty = self._dirty_rows = max(self._dirty_rows, n)  # (set first: a failed write still counts)
-        for i, audio in enumerate(audios):
+        rows_np = staging.numpy()  # written through numpy: a read-only request buffer (the socket's bytes) copies in
+        for i, audio in enumerate(audios):  # as is, where torch.from_numpy warns about non-writable arrays
             audio = np.asarray(audio, dtype=np.float32).reshape(-1)[-SAMPLES:]
-            staging[i, : SAMPLES - audio.size].zero_()
-            staging[i, SAMPLES - audio.size:].copy_(torch.from_numpy(audio))
+            rows_np[i, : SAMPLES - audio.size] = 0.0
+            rows_np[i, SAMPLES - audio.size:] = audio
         # the padding rows are silence: zero only those an earlier, larger batch left audio in (a bucket's padding is
         # up to half of it, 512 KB a row: not rewritten every call)
         staging[n:min(rows, dirty)].zero_()
