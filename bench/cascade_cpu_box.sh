@@ -9,7 +9,7 @@
 #   bash bench/cascade_cpu_box.sh NAME CALLERS [SECTION.KEY=VALUE ...]
 #   bash bench/cascade_cpu_box.sh levers 8 audio.forward_input_past_turn=false phone.input_frame_ms=40
 #
-# -> /tmp/cascade-cpu/NAME/{serve.log,cap.log,capacity.json}; SPY=1 also records 20 s of py-spy on the session
+# -> /tmp/cascade-cpu/NAME/{serve.log,cap.log,capacity.json,records-N.json.gz (every caller's timeline)}; SPY=1 also records 20 s of py-spy on the session
 # process (spy.txt, raw; needs `pip install py-spy` in the venv). HOLD (default 40) and WARMUP (8) are the level's seconds. Needs accelerate in the
 # venv (transformers serve's device map: `pip install -e ".[llm-transformers]"`) and .cascade/ from bench/wheels_cascade.sh (the prompts, smart-turn).
 set -u -o pipefail
@@ -35,7 +35,7 @@ trap 'kill -INT $SP 2>/dev/null; wait $SP 2>/dev/null' EXIT
 for _ in $(seq 400); do grep -q "Cadence is ready" "$OUTD/serve.log" && break; kill -0 $SP || { tail -20 "$OUTD/serve.log"; exit 1; }; sleep 1; done
 "$PY" -m agent.cli capacity --config examples/gpu.toml --transport phone --url "http://127.0.0.1:$PORT" \
   --prompts .cascade/prompts.npz --levels "$N" --warmup "${WARMUP:-8}" --hold "${HOLD:-40}" --max-wait 8 --all-levels \
-  --no-refine --out-dir "$OUTD" --write-config "$OUTD/cap.toml" "${SETS[@]}" > "$OUTD/cap.log" 2>&1 &
+  --no-refine --records --out-dir "$OUTD" --write-config "$OUTD/cap.toml" "${SETS[@]}" > "$OUTD/cap.log" 2>&1 &
 CP=$!
 if [ "${SPY:-0}" = 1 ]; then
   [ -x "$(dirname "$PY")/py-spy" ] || echo "SPY=1: no py-spy next to $PY (pip install py-spy): no profile" >&2
