@@ -164,3 +164,27 @@ def test_options_come_from_the_config_section_then_the_environment():
     assert options_from_config(object(), {}).lead_ms == 80.0
     with pytest.raises(ValueError, match="unknown keys"):
         options_from_config(object(), {"CADENCE_PHONE_OPTIONS": '{"leed_ms": 1}'})
+
+
+def test_a_response_that_stalls_keeps_its_name_across_its_spurts():
+    """A response whose audio stalled long enough for the bot to stop speaking (two spurts) is one reply to the
+    caller's marks: the second spurt's marks carry the same response and count on from the first's milliseconds.
+    A new TTS context, audio without one, or audio after a clear is a new response."""
+    ledger = MarkLedger(every_ms=100)
+    names = [ledger.on_audio(20, "ctx-a") for _ in range(5)]
+    assert [n for n in names if n] == ["r0-100"]
+    assert ledger.end_reply() == "r0-100-end"  # the stall: pipecat's bot stopped speaking
+    names = [ledger.on_audio(20, "ctx-a") for _ in range(5)]
+    assert [n for n in names if n] == ["r0-200"] and ledger.end_reply() == "r0-200-end"
+    assert [(r.index, r.response) for r in ledger.replies] == [(0, 0), (1, 0)]
+    ledger.on_echo("r0-200-end")
+    assert ledger.replies[1].complete and ledger.replies[1].heard_ms == 100  # heard within its own spurt
+    names = [ledger.on_audio(20, "ctx-b") for _ in range(5)]
+    assert [n for n in names if n] == ["r1-100"]
+    ledger.on_clear(buffered_ms=0)
+    names = [ledger.on_audio(20, "ctx-b") for _ in range(5)]  # after a clear: a new response
+    assert [n for n in names if n] == ["r2-100"]
+    ledger.end_reply()
+    assert [n for n in (ledger.on_audio(100, None), ledger.on_audio(100, None)) if n] == ["r3-100", "r3-200"]
+    ledger.end_reply()
+    assert ledger.on_audio(100, None) == "r4-100"  # no context: every spurt its own response, as before

@@ -4,6 +4,11 @@ The provider echoes a mark once the audio sent before it has played. We place on
 ``every_ms`` of a reply and one at its end, so each reply knows how much of it reached the
 caller's ear. On ``clear`` the provider echoes the marks still pending at once: those count as
 dropped, not heard; the heard position is then estimated from the playout clock.
+
+A reply here is one spurt of bot audio (it ends at pipecat's ``BotStoppedSpeakingFrame``). A mark's name
+carries the *response* (``r<response>-<ms>``): the TTS context the audio came from, so a response whose audio
+stalled long enough for the bot to stop speaking and then went on keeps its name, and its marks' milliseconds
+count on from the first spurt's (run 64's CPU-box check: two such stalls read as turns answered twice).
 """
 
 from __future__ import annotations
@@ -14,13 +19,16 @@ from dataclasses import dataclass
 @dataclass
 class ReplyPlayout:
     index: int
+    response: int = 0  # the TTS response it belongs to (the spurts of one response share it)
+    offset_ms: float = 0.0  # the response's audio sent before this spurt
     sent_ms: float = 0.0
     heard_ms: float = 0.0
     complete: bool = False  # the end mark came back: the caller heard the whole reply
     cleared: bool = False  # cut short by a barge-in
 
     def as_dict(self) -> dict[str, object]:
-        return {"index": self.index, "sent_ms": round(self.sent_ms, 1), "heard_ms": round(self.heard_ms, 1),
+        return {"index": self.index, "response": self.response, "sent_ms": round(self.sent_ms, 1),
+                "heard_ms": round(self.heard_ms, 1),
                 "complete": self.complete, "cleared": self.cleared}
 
 
@@ -34,6 +42,8 @@ class MarkLedger:
         self._dropped: set[str] = set()
         self._current: ReplyPlayout | None = None
         self._last_mark_ms = 0.0
+        self._context: str | None = None  # the TTS context of the last audio
+        self._responses = 0
         self.acked = 0
 
     @property
@@ -41,17 +51,24 @@ class MarkLedger:
         return self._current
 
     def _mark(self, reply: ReplyPlayout, final: bool) -> str:
-        name = f"r{reply.index}-{int(reply.sent_ms)}{'-end' if final else ''}"
+        name = f"r{reply.response}-{int(reply.offset_ms + reply.sent_ms)}{'-end' if final else ''}"
         self._pending[name] = (reply, reply.sent_ms, final)
         self._last_mark_ms = reply.sent_ms
         return name
 
-    def on_audio(self, duration_ms: float) -> str | None:
-        """Audio went out; returns a mark name to send after it, when one is due."""
+    def on_audio(self, duration_ms: float, context: str | None = None) -> str | None:
+        """Audio went out (of TTS context ``context``, None when unknown); returns a mark name to send after it,
+        when one is due."""
         if self._current is None:
-            self._current = ReplyPlayout(index=len(self.replies))
+            last = self.replies[-1] if self.replies else None
+            if context is not None and context == self._context and last is not None:  # the same response goes on
+                self._current = ReplyPlayout(len(self.replies), last.response, last.offset_ms + last.sent_ms)
+            else:
+                self._current = ReplyPlayout(len(self.replies), self._responses)
+                self._responses += 1
             self.replies.append(self._current)
             self._last_mark_ms = 0.0
+        self._context = context
         self._current.sent_ms += duration_ms
         if self._current.sent_ms - self._last_mark_ms >= self.every_ms:
             return self._mark(self._current, final=False)
@@ -70,6 +87,7 @@ class MarkLedger:
             reply.cleared = True
             reply.heard_ms = max(reply.heard_ms, reply.sent_ms - buffered_ms)
         self._current = None
+        self._context = None  # what comes after a clear is a new response
 
     def on_echo(self, name: str) -> ReplyPlayout | None:
         """The provider echoed a mark; returns the reply it belongs to (None if unknown)."""

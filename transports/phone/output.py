@@ -151,15 +151,16 @@ class PhoneOutputTransport(BaseOutputTransport):
             return False
         audio = frame.audio
         size = self._chunk_bytes
+        context = getattr(frame, "context_id", None)  # a TTSAudioRawFrame's response, for the marks' names
         if len(audio) <= size:
-            return await self._send_chunk(audio, frame.sample_rate)
+            return await self._send_chunk(audio, frame.sample_rate, context)
         view = memoryview(audio)
         for offset in range(0, len(audio), size):
-            if not await self._send_chunk(view[offset:offset + size].tobytes(), frame.sample_rate):
+            if not await self._send_chunk(view[offset:offset + size].tobytes(), frame.sample_rate, context):
                 return False
         return True
 
-    async def _send_chunk(self, pcm: bytes, rate: int) -> bool:
+    async def _send_chunk(self, pcm: bytes, rate: int, context: str | None = None) -> bool:
         epoch, ready = self._epoch, time.monotonic()
         message = await self._serializer.serialize(OutputAudioRawFrame(pcm, sample_rate=rate, num_channels=1))
         if not message:
@@ -180,7 +181,7 @@ class PhoneOutputTransport(BaseOutputTransport):
             self._stats.chunk(None, None, 0.0)
         else:
             self._stats.chunk(timing.lateness_s * 1000.0, timing.pacer_s * 1000.0, timing.gap_s * 1000.0)
-        name = self.ledger.on_audio(duration * 1000.0)
+        name = self.ledger.on_audio(duration * 1000.0, context)
         if name is not None:
             await self._send_mark(name)
         return True
