@@ -138,27 +138,40 @@ def test_acoustic_pass_in_a_larger_bucket_equals_each_item_alone(model64) -> Non
     assert torch.isfinite(audio).all()
 
 
-class PaddedBuckets:
-    """``DecoderGraphs``' replay without CUDA: the rows zero-padded into a bucket's (batch, frames) buffers and the
-    acoustic pass run at that shape, which is what a captured graph computes."""
+class _StandInBuckets:
+    """A graph set's bucket choice and row split without CUDA; ``run`` (per side) pads into the bucket's shape."""
 
     def __init__(self, model, buckets: list[tuple[int, int]]):
         self.model, self.buckets = model, buckets
         self.replays = self.fallbacks = self.split_batches = 0
         self.shapes: list[tuple[int, int]] = []
 
-    def pick(self, b: int, f: int):
-        held = [k for k in self.buckets if k[0] >= b and k[1] >= f]
+    def pick(self, b: int, n: int):
+        held = [k for k in self.buckets if k[0] >= b and k[1] >= n]
         return min(held, key=lambda k: k[0] * k[1]) if held else None
 
-    def split(self, frames: list[int]):
-        return split_rows(frames, self.buckets)
+    def split(self, lengths: list[int]):
+        return split_rows(lengths, self.buckets)
+
+    def _replayed(self, b: int, n: int):
+        """The bucket for ``b`` rows of ``n``, counted as a replay; None (counted as a fallback) when none holds."""
+        k = self.pick(b, n)
+        if k is None:
+            self.fallbacks += 1
+            return None
+        self.replays += 1
+        self.shapes.append(k)
+        return k
+
+
+class PaddedBuckets(_StandInBuckets):
+    """``DecoderGraphs``' replay without CUDA: the rows zero-padded into a bucket's (batch, frames) buffers and the
+    acoustic pass run at that shape, which is what a captured graph computes."""
 
     def run(self, en, asr, s_pro, style, lens, noise):
         b, f = asr.shape[0], asr.shape[-1]
-        k = self.pick(b, f)
+        k = self._replayed(b, f)
         if k is None:
-            self.fallbacks += 1
             return None
         rows, frames = k
         spf = self.model.samples_per_frame
@@ -167,9 +180,45 @@ class PaddedBuckets:
         audio = self.model.acoustic_pass(_pad(en, rows, 2, frames), _pad(asr, rows, 2, frames),
                                          _pad(s_pro, rows, 1, s_pro.shape[1]), _pad(style, rows, 1, style.shape[1]),
                                          big_lens, _pad(noise, rows, 1, frames * spf))
-        self.replays += 1
-        self.shapes.append(k)
         return audio[:b, : f * spf]
+
+
+class PaddedTextBuckets(_StandInBuckets):
+    """``TextGraphs``' replay without CUDA: the rows zero-padded into a bucket's (batch, tokens) buffers (spare rows
+    one token long, speed 1) and the text pass run at that shape, which is what a captured graph computes."""
+
+    def run(self, ids, lens, s_pro, speed):
+        b, t = ids.shape
+        k = self._replayed(b, t)
+        if k is None:
+            return None
+        rows, tokens = k
+        big_lens = torch.ones(rows, dtype=torch.int64)
+        big_lens[:b] = lens
+        big_speed = torch.ones(rows, dtype=speed.dtype)
+        big_speed[:b] = speed
+        d, dur, t_en = self.model.text_pass(_pad(ids, rows, 1, tokens), Span.of_lens(big_lens, tokens, s_pro.dtype),
+                                            _pad(s_pro, rows, 1, s_pro.shape[1]), big_speed)
+        return d[:b, :t], dur[:b, :t], t_en[:b, :, :t]
+
+
+def _grouped_equals_eager(model, items: list[Utterance], attr: str, stand_in: _StandInBuckets,
+                          longest_fits: bool) -> None:
+    """``model.synthesize(items)`` with ``stand_in`` as its ``attr`` graph set (two buckets, of 1 and 2 rows: none
+    holds the 3 rows) splits once, replays as expected and gives the eager batch's durations and audio."""
+    eager = model.synthesize(items)
+    setattr(model, attr, stand_in)
+    try:
+        grouped = model.synthesize(items)
+    finally:
+        setattr(model, attr, None)
+    assert stand_in.split_batches == 1 and stand_in.fallbacks == (0 if longest_fits else 1)
+    k1, k2 = sorted(stand_in.buckets, reverse=True)
+    assert stand_in.shapes == ([k1, k2] if longest_fits else [k1])
+    assert grouped.durations == eager.durations
+    for got, want in zip(grouped.audio, eager.audio, strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=1e-7, rtol=0)
 
 
 @pytest.mark.parametrize("longest_fits", [True, False])
@@ -179,57 +228,11 @@ def test_a_batch_no_bucket_holds_is_replayed_in_groups(model64, longest_fits: bo
     the whole batch gets eagerly."""
     voice = random_voice(model64.config, seed=4).double()
     items = [Utterance(ids, voice[len(ids) - 1, 0], 1.0, seed=10 + i) for i, ids in enumerate(IDS)]
-    eager = model64.synthesize(items)
-    frames = [sum(d) for d in eager.durations]
-    order = sorted(range(3), key=lambda r: -frames[r])
-    assert frames[order[0]] > frames[order[1]]  # the fixture's durations differ
-    top = frames[order[0]] if longest_fits else frames[order[1]]
-    stand_in = PaddedBuckets(model64, [(1, top + 8), (2, top + 8)])  # no bucket holds 3 rows
-    model64.graphs = stand_in
-    try:
-        grouped = model64.synthesize(items)
-    finally:
-        model64.graphs = None
-    assert stand_in.split_batches == 1 and stand_in.fallbacks == (0 if longest_fits else 1)
-    assert stand_in.shapes == ([(2, top + 8), (1, top + 8)] if longest_fits else [(2, top + 8)])
-    assert grouped.durations == eager.durations
-    for got, want in zip(grouped.audio, eager.audio, strict=True):
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, atol=1e-7, rtol=0)
-
-
-class PaddedTextBuckets:
-    """``TextGraphs``' replay without CUDA: the rows zero-padded into a bucket's (batch, tokens) buffers (spare rows
-    one token long, speed 1) and the text pass run at that shape, which is what a captured graph computes."""
-
-    def __init__(self, model, buckets: list[tuple[int, int]]):
-        self.model, self.buckets = model, buckets
-        self.replays = self.fallbacks = self.split_batches = 0
-        self.shapes: list[tuple[int, int]] = []
-
-    def pick(self, b: int, t: int):
-        held = [k for k in self.buckets if k[0] >= b and k[1] >= t]
-        return min(held, key=lambda k: k[0] * k[1]) if held else None
-
-    def split(self, lengths: list[int]):
-        return split_rows(lengths, self.buckets)
-
-    def run(self, ids, lens, s_pro, speed):
-        b, t = ids.shape
-        k = self.pick(b, t)
-        if k is None:
-            self.fallbacks += 1
-            return None
-        rows, tokens = k
-        big_lens = torch.ones(rows, dtype=torch.int64)
-        big_lens[:b] = lens
-        big_speed = torch.ones(rows, dtype=speed.dtype)
-        big_speed[:b] = speed
-        d, dur, t_en = self.model.text_pass(_pad(ids, rows, 1, tokens), Span.of_lens(big_lens, tokens, s_pro.dtype),
-                                            _pad(s_pro, rows, 1, s_pro.shape[1]), big_speed)
-        self.replays += 1
-        self.shapes.append(k)
-        return d[:b, :t], dur[:b, :t], t_en[:b, :, :t]
+    frames = sorted((sum(d) for d in model64.synthesize(items).durations), reverse=True)
+    assert frames[0] > frames[1]  # the fixture's durations differ
+    top = frames[0] if longest_fits else frames[1]
+    _grouped_equals_eager(model64, items, "graphs", PaddedBuckets(model64, [(1, top + 8), (2, top + 8)]),
+                          longest_fits)
 
 
 @pytest.mark.parametrize("longest_fits", [True, False])
@@ -239,18 +242,7 @@ def test_a_batch_no_text_bucket_holds_is_replayed_in_groups(model64, longest_fit
     voice = random_voice(model64.config, seed=5).double()
     items = [Utterance(ids, voice[len(ids) - 1, 0], speed, seed=20 + i)
              for i, (ids, speed) in enumerate(zip(IDS, (1.0, 0.8, 1.25), strict=True))]
-    eager = model64.synthesize(items)
     lengths = sorted((len(ids) + 2 for ids in IDS), reverse=True)  # tokens with the two boundary ids
     top = lengths[0] if longest_fits else lengths[1]
-    stand_in = PaddedTextBuckets(model64, [(1, top + 3), (2, top + 3)])  # no bucket holds 3 rows
-    model64.text_graphs = stand_in
-    try:
-        grouped = model64.synthesize(items)
-    finally:
-        model64.text_graphs = None
-    assert stand_in.split_batches == 1 and stand_in.fallbacks == (0 if longest_fits else 1)
-    assert stand_in.shapes == ([(2, top + 3), (1, top + 3)] if longest_fits else [(2, top + 3)])
-    assert grouped.durations == eager.durations
-    for got, want in zip(grouped.audio, eager.audio, strict=True):
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, atol=1e-7, rtol=0)
+    _grouped_equals_eager(model64, items, "text_graphs", PaddedTextBuckets(model64, [(1, top + 3), (2, top + 3)]),
+                          longest_fits)
