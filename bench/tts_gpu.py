@@ -120,7 +120,9 @@ def decoder_graphs(engine: KokoroEngine) -> dict[str, Any] | None:
     g = engine.model.graphs
     if g is None:
         return None
-    out = {"buckets": g.captured, "capture_s": round(g.capture_s, 1), "replays": g.replays, "fallbacks": g.fallbacks}
+    out = {"buckets": g.captured, "capture_s": round(g.capture_s, 1), "replays": g.replays, "fallbacks": g.fallbacks,
+           "split_batches": g.split_batches, "plan": g.plan_mode,
+           "replay_ms": {f"{b}x{f}": round(ms, 2) for (b, f), ms in sorted(g.replay_ms.items())}}
     t = engine.model.text_graphs
     if t is not None:
         out["text"] = {"buckets": t.captured, "capture_s": round(t.capture_s, 1), "replays": t.replays,
@@ -412,6 +414,10 @@ def main() -> None:
                         "the batch table then adds the engine's mode replayed from them")
     p.add_argument("--text-graphs", action=argparse.BooleanOptionalAction, default=True,
                    help="KokoroOptions.text_graphs (with --cuda-graphs): the text side replayed from graphs too")
+    p.add_argument("--graph-plan", default="cost", choices=("cost", "fewest"),
+                   help="KokoroOptions.graph_plan: replays of a batch at the least timed cost, or the fewest")
+    p.add_argument("--cudnn-benchmark", action=argparse.BooleanOptionalAction, default=False,
+                   help="KokoroOptions.cudnn_benchmark: cuDNN times its algorithms per shape at warm-up/capture")
     p.add_argument("--batch-sizes", default="1,8,32,64,128")
     p.add_argument("--batch-iters", type=int, default=3)
     p.add_argument("--max-batch", type=int, default=64)
@@ -453,7 +459,8 @@ def main() -> None:
     engine = KokoroEngine(KokoroOptions(device=args.device, dtype=args.dtype, max_batch=args.max_batch, g2p=g2p,
                                         tiny=args.tiny, warmup=True, urgent_s=args.urgent_s,
                                         compile=args.compile, compile_mode=args.compile_mode,
-                                        cuda_graphs=args.cuda_graphs, text_graphs=args.text_graphs))
+                                        cuda_graphs=args.cuda_graphs, text_graphs=args.text_graphs,
+                                        graph_plan=args.graph_plan, cudnn_benchmark=args.cudnn_benchmark))
     setup_s = time.perf_counter() - t0
     print(f"engine on {engine.device} ({engine.decoder_dtype}, {'compiled' if args.compile else 'eager'}) in "
           f"{setup_s:.1f} s (warm-up {engine.memory.warmup_s:.1f} s, {compiled_graphs()} compiled graphs); memory "

@@ -20,3 +20,4 @@ class TTSConfig:
     kokoro_max_batch: int = 64  # utterances per GPU call
     kokoro_cuda_graphs: bool = False  # replay the decoder from CUDA graphs per (batch, frames) bucket
     kokoro_text_graphs: bool = True  # with kokoro_cuda_graphs: the text side from graphs per (batch, tokens) too
+    kokoro_graph_plan: str = "cost"  # with kokoro_cuda_graphs: cost (least timed replays per batch) | fewest

@@ -137,7 +137,8 @@ def test_decoder_graphs_match_eager(model: KokoroModel) -> None:
         try:
             eager = model.synthesize(items, frame_bucket=fb).audio
             eager_one = model.synthesize(items[1:2], frame_bucket=1 if fb == 8 else fb).audio[0]
-            graphs = model.enable_decoder_graphs(max_batch=8, frame_step=32, max_frames=512, max_cells=8 * 512)
+            graphs = model.enable_decoder_graphs(max_batch=8, frame_step=32, max_frames=512, max_cells=8 * 512,
+                                                 plan="fewest")
             replayed = model.synthesize(items, frame_bucket=fb).audio  # 4 items -> the (4, f) bucket
             one = model.synthesize(items[1:2], frame_bucket=1 if fb == 8 else fb).audio[0]  # batch 1
             assert graphs.replays == 2 and graphs.fallbacks == 0
@@ -166,6 +167,28 @@ def test_decoder_graphs_match_eager(model: KokoroModel) -> None:
         rows[(str(dtype), compiled, "alone")] = err
         assert err < tol, (dtype, compiled, "alone", err)
     print("graphs vs eager, max abs error / peak:", {k: f"{v:.2e}" for k, v in rows.items()})
+
+
+def test_cost_plan_times_every_bucket_and_matches_eager(model: KokoroModel) -> None:
+    """The default plan: every bucket's replay is timed at capture (a bucket of more rows and frames takes longer),
+    and a batch cut into the groups of least summed time gives each item the eager batch's audio."""
+    items = _items(model)
+    eager = model.synthesize(items * 3, frame_bucket=8).audio
+    try:
+        graphs = model.enable_decoder_graphs(max_batch=8, frame_step=32, max_frames=512, max_cells=8 * 512)
+        assert graphs.plan_mode == "cost" and set(graphs.replay_ms) == set(graphs.sizes)
+        assert all(ms > 0 for ms in graphs.replay_ms.values())
+        assert graphs.replay_ms[(8, 512)] > graphs.replay_ms[(1, 32)]
+        planned = model.synthesize(items * 3, frame_bucket=8).audio
+        assert graphs.fallbacks == 0 and graphs.replays >= 2
+        print(f"cost plan: {graphs.replays} replays, {graphs.split_batches} split; replay ms 1x32 "
+              f"{graphs.replay_ms[(1, 32)]:.2f}, 8x512 {graphs.replay_ms[(8, 512)]:.2f}")
+    finally:
+        model.graphs = None
+    for row, want in enumerate(eager):
+        assert len(planned[row]) == len(want)
+        err = np.abs(planned[row] - want).max() / np.abs(want).max()
+        assert np.isfinite(planned[row]).all() and err < 1e-3, (row, err)
 
 
 def test_text_graphs_match_eager(model: KokoroModel) -> None:

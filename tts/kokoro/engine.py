@@ -210,7 +210,7 @@ class KokoroEngine:
         if cuda and self.options.cuda_graphs and self.model.graphs is None:
             with self.batcher.held():  # the batcher thread stays off the model while graphs are captured
                 self.model.enable_decoder_graphs(self.options.max_batch, max_frames=self.options.graph_max_frames,
-                                                 max_cells=self.options.graph_max_cells)
+                                                 max_cells=self.options.graph_max_cells, plan=self.options.graph_plan)
                 if self.options.text_graphs:
                     self.model.enable_text_graphs(self.options.max_batch, max_tokens=self.options.graph_max_tokens,
                                                   max_cells=self.options.graph_max_token_cells)

@@ -210,11 +210,14 @@ class KokoroModel(nn.Module):
         noise = _noise(items, [n * spf for n in frames], f * spf, dev, work)
         out_lengths = [n * spf for n in frames]
         pieces: list[tuple[list[int] | None, torch.Tensor]] = []  # (rows, or None for all; their padded audio)
-        if self.graphs is not None and self.graphs.pick(len(items), f) is not None:  # one replay of its bucket
-            pieces.append((None, self.graphs.run(en, asr.to(dd), s_pro, s_dec.to(dd), fspan.lens, noise)))
-        elif self.graphs is not None:  # in groups of rows that each fit a bucket, and the rows none holds eagerly
-            groups, eager = self.graphs.split(frames)
-            self.graphs.split_batches += 1
+        groups, eager = self.graphs.plan([_round_up(n, frame_bucket) for n in frames]) if self.graphs else ([], [])
+        whole = self.graphs is not None and not eager and len(groups) == 1
+        if whole:  # one replay of the bucket the plan chose for the whole batch
+            args = (en, asr.to(dd), s_pro, s_dec.to(dd), fspan.lens, noise)
+            audio = self.graphs.run(*args)
+            pieces.append((None, audio if audio is not None else self.acoustic_pass(*args)))
+        elif self.graphs is not None:  # replays of the plan's groups of rows, and the rows no bucket holds eagerly
+            self.graphs.split_batches += len(groups) > 1 or bool(groups and eager)
             self.graphs.fallbacks += bool(eager)
             for rows in groups:
                 pieces.append((rows, self._rows_acoustic(rows, frames, frame_bucket, en, asr, s_pro, s_dec,

@@ -46,8 +46,16 @@ class KokoroOptions:
     cuda_graphs: bool = False
     graph_max_frames: int = 512  # longest padded clause (alignment frames, 25 ms each) a graph holds
     graph_max_cells: int = 64 * 192  # batch x frames of the largest bucket
+    # How a batch is cut into replays: "cost" (each bucket's replay timed after capture; the rows grouped at the
+    # least summed time, so 33 clauses are not padded to 64 rows nor short clauses to a long one) | "fewest" (one
+    # replay of the smallest bucket holding the whole batch, as before 2026-12-05's run 66).
+    graph_plan: str = "cost"
     # With cuda_graphs: the text side (ALBERT, encoders, duration LSTMs) replayed from graphs per (batch, tokens)
     # bucket too (tts/kokoro/text_graphs.py), so a tick is two replays and one host sync, not hundreds of launches.
     text_graphs: bool = True
     graph_max_tokens: int = 256  # longest clause (phoneme ids + 2) a text graph holds; longer ones run eagerly
     graph_max_token_cells: int = 64 * 128  # batch x tokens of the largest text bucket  # torch.compile mode: "" (default) | max-autotune-no-cudagraphs | ...
+
+    def __post_init__(self) -> None:
+        if self.graph_plan not in ("cost", "fewest"):
+            raise ValueError(f"tts kokoro graph_plan {self.graph_plan!r}: expected 'cost' or 'fewest'")
