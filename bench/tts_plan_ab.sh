@@ -7,7 +7,7 @@
 #
 # Knobs: ARMS ("|"-separated tts_gpu.py flags; default: the replay plans "fewest" (before run 66) and "cost",
 # and "cost" with cuDNN's per-shape algorithm search), LEVELS (default 192,256), LEVEL_S (12),
-# KOKORO_TEST=1 runs tests/gpu/test_kokoro_cuda.py's plan and graph tests first (-k "plan or decoder_graphs").
+# KOKORO_TEST=1 runs tests/gpu/test_kokoro_cuda.py's plan and graph tests first (-k "cost_plan").
 # $OUT gets summary.txt (each arm's lines), arms.tar.gz (per arm: tts.json, tts.log, the curve) and pytest.log.
 set -u -o pipefail
 OUT=${OUT:-/tmp/tts-plan-out}
@@ -16,7 +16,7 @@ source bench/device_preamble.sh
 ARMS=${ARMS:-"--graph-plan fewest|--graph-plan cost|--graph-plan cost --cudnn-benchmark"}
 if [ "${KOKORO_TEST:-0}" = 1 ]; then
   timeout 200 python3 -m pytest -q -s -rs -p no:cacheprovider tests/gpu/test_kokoro_cuda.py \
-    -k "plan or decoder_graphs" > "$OUT/pytest.log" 2>&1
+    -k "cost_plan" > "$OUT/pytest.log" 2>&1
   say "pytest rc=$?: $(tail -1 "$OUT/pytest.log")"
   grep -E "cost plan|graphs vs eager|FAILED|Error" "$OUT/pytest.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
 fi
