@@ -44,7 +44,7 @@ from pipecat.transports.base_output import BaseOutputTransport
 
 from agent.held_reply_filter import HeldReplyFilter
 from agent.metrics.delivery import PlayoutTracker
-from agent.metrics.stages import StageMetrics
+from agent.metrics.stages import StageMetrics, llm_asked
 
 
 def _seconds(frame: TTSAudioRawFrame) -> float:
@@ -134,7 +134,7 @@ class MetricsObserver(BaseObserver):
         elif isinstance(frame, LLMTextFrame):
             if self._llm_token is None and self._transcript is not None:
                 self._llm_token = self._abs(data)
-                self._stage("llm_first_token", self._transcript, self._llm_token)
+                self._stage("llm_first_token", llm_asked(self._transcript, self._turn_end), self._llm_token)
         elif isinstance(frame, TTSStartedFrame):
             if self._llm_token is not None and self._tts_start is None:
                 self._tts_start = self._abs(data)

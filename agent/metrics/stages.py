@@ -32,7 +32,11 @@ STAGES: tuple[Stage, ...] = (
     Stage("asr_final", "end of speech -> final transcript", budget_field="asr_final_p99_ms"),
     Stage("turn_end", "end of speech -> end of the user turn (VAD stop window + turn detector)"),
     Stage("turn_model", "smart-turn: one end-of-turn inference (on the session process's CPU)"),
-    Stage("llm_first_token", "final transcript -> LLM first token", budget_field="llm_first_token_p99_ms"),
+    # From when the LLM can be asked: the final transcript or the end of the user turn, whichever is later. Up to
+    # run 68 (2026-12-05) it ran from the transcript, so it held the turn detector's wait too: its p95-p99 of
+    # 735-786 ms at 64-256 callers were smart-turn's 0.8 s silence fallback, not the LLM.
+    Stage("llm_first_token", "final transcript or end of turn, whichever is later -> LLM first token",
+          budget_field="llm_first_token_p99_ms"),
     Stage("tts_first_audio", "first clause to TTS -> TTS first audio", budget_field="tts_first_audio_p99_ms"),
     Stage("first_audio", "end of speech -> first audio out", budget_field="first_audio_p99_ms"),
     Stage("tts_chunk_interarrival", "time between TTS audio chunks"),
@@ -54,6 +58,7 @@ class TurnTimes(Protocol):
     """What ``agent.turn_observer.TurnTiming`` provides (absolute monotonic seconds)."""
 
     transcript: float | None
+    turn_end: float | None
     llm_first_token: float | None
     tts_start: float | None
     tts_first_audio: float | None
@@ -63,13 +68,21 @@ class TurnTimes(Protocol):
     def end_of_speech(self) -> float | None: ...
 
 
+def llm_asked(transcript: float | None, turn_end: float | None) -> float | None:
+    """When the LLM stage's clock starts: the final transcript, or the end of the user turn when that came later
+    (the reply is asked for at the turn's end; the wait before it is the turn detector's, ``turn_end``)."""
+    if transcript is None or turn_end is None:
+        return transcript
+    return max(transcript, turn_end)
+
+
 def turn_stages_ms(t: TurnTimes, end_of_speech: float | None = None) -> dict[str, float]:
     """The per-turn stage latencies of one turn, in ms (stages that never happened are absent)."""
     eos = t.end_of_speech if end_of_speech is None else end_of_speech
     tts_from = t.tts_start if t.tts_start is not None else t.llm_first_token
     pairs = (
         ("asr_final", eos, t.transcript),
-        ("llm_first_token", t.transcript, t.llm_first_token),
+        ("llm_first_token", llm_asked(t.transcript, t.turn_end), t.llm_first_token),
         ("tts_first_audio", tts_from, t.tts_first_audio),
         ("first_audio", eos, t.first_audio_out),
     )
