@@ -33,8 +33,9 @@ STAGES: tuple[Stage, ...] = (
     Stage("turn_end", "end of speech -> end of the user turn (VAD stop window + turn detector)"),
     Stage("turn_model", "smart-turn: one end-of-turn inference (on the session process's CPU)"),
     # From when the LLM can be asked: the final transcript or the end of the user turn, whichever is later. Up to
-    # run 68 (2026-12-05) it ran from the transcript, so it held the turn detector's wait too: its p95-p99 of
-    # 735-786 ms at 64-256 callers were smart-turn's 0.8 s silence fallback, not the LLM.
+    # runs 66-68 (2026-12-05) it ran from the transcript, so it held the turn detector's wait too: their p95-p99 of
+    # 735-786 ms at 64-256 callers alike match smart-turn's 0.8 s silence fallback (turn end p99 ~1,000 ms after
+    # the end of speech, the transcript ~250 ms), not the LLM.
     Stage("llm_first_token", "final transcript or end of turn, whichever is later -> LLM first token",
           budget_field="llm_first_token_p99_ms"),
     Stage("tts_first_audio", "first clause to TTS -> TTS first audio", budget_field="tts_first_audio_p99_ms"),

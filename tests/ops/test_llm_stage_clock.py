@@ -1,6 +1,6 @@
 """The LLM stage's clock starts when the reply can be asked for: the final transcript or the end of the user turn,
-whichever is later. Run 68's llm_first_token p95-p99 (735-786 ms at 64-256 callers, p50 72-249 ms) were the turn
-detector's 0.8 s silence fallback counted from the transcript."""
+whichever is later. Runs 66-68's llm_first_token p95-p99 (735-786 ms at 64-256 callers alike, p50 70-249 ms) match
+the turn detector's 0.8 s silence fallback counted from the transcript."""
 
 from __future__ import annotations
 
