@@ -9,6 +9,14 @@ long past the VAD stop instead.
 
 Mixed into a ``TurnAnalyzerUserTurnStopStrategy`` (before it in the bases): the segmented engines' stop
 strategy (Whisper, Moonshine) and the streaming one (Parakeet, whose finals carry punctuation).
+
+A turn whose ASR heard no words: pipecat's strategy ends a turn only with transcript text in hand, so a segment
+whose final transcript came back empty (a cough, a noise; the random-weight Parakeet of the GPU runs on 0.6-1.3 s
+prompts) with nothing heard before it in the turn held the turn open until the user aggregator's
+``user_turn_stop_timeout`` (5 s; runs 66-68: each of their 1-3 timeouts a run came 4.9-5.0 s after an empty
+final). Such a turn now ends on its empty final (``no_words``); its aggregation is empty, so nothing goes to the
+LLM, as after the timeout. An empty final never reaches pipecat's logic, which would take it as the turn's text
+and lose the words of an earlier segment of the same turn.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ class FinishedTextStopMixin:
         self._vad_stop_at: float | None = None  # time.time() of this turn's last VAD stop
         self._finished_task: asyncio.Task | None = None
         self.ended_on_finished_text = 0  # turns this rule ended (tests, diagnosis)
+        self.ended_without_words = 0  # turns ended on an empty final with no words before it
         self._ended_this_turn = False
         self.unended: list[str] = []  # what it had seen of each turn something else ended (tests, diagnosis)
 
@@ -72,7 +81,20 @@ class FinishedTextStopMixin:
         self._ended_this_turn = False
         await super().handle_user_turn_stopped()
 
+    async def _end_if_no_words(self) -> None:
+        """End the turn now if its final transcript came back empty and no words came before it (see the module
+        docstring); not while the caller speaks, before the VAD stop, or while another segment's text is due."""
+        if self._text or self._vad_user_speaking or not self._vad_stopped or self._text_end_blocked():
+            return
+        self.ended_without_words += 1
+        TURN_ENDS["no_words"] += 1
+        await self._cancel_finished_task()
+        await self.trigger_user_turn_stopped()
+
     async def process_frame(self, frame: Frame) -> ProcessFrameResult:
+        if isinstance(frame, TranscriptionFrame) and not frame.text.strip():
+            await self._end_if_no_words()
+            return ProcessFrameResult.CONTINUE
         if isinstance(frame, VADUserStoppedSpeakingFrame):
             self._vad_stop_at = frame.timestamp
         result = await super().process_frame(frame)

@@ -57,6 +57,7 @@ class SegmentedTurnAnalyzerStopStrategy(FinishedTextStopMixin, TurnAnalyzerUserT
             self._transcripts += 1
             if not frame.text.strip():
                 await self._maybe_trigger_user_turn_stopped()  # that was the last pending segment
+                await self._end_if_no_words()  # ... and the turn heard no words at all
                 return ProcessFrameResult.CONTINUE
         return await super().process_frame(frame)
 

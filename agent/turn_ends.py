@@ -6,6 +6,8 @@
   floor under the first-audio tail;
 - ``finished_text``: unfinished for the model, but the newest final transcript reads as a finished sentence
   (``agent.finished_text_stop``);
+- ``no_words``: the segment's final transcript came back empty with no words before it in the turn: ended at
+  once, nothing sent to the LLM (``agent.finished_text_stop``);
 - ``timeout``: no stop strategy ended it and pipecat's ``user_turn_stop_timeout`` (5 s after the last VAD event or
   transcript) did (``count_stop_timeouts``). The strategy ends a turn once the analyzer (or its silence fallback)
   says complete and transcript text is in, so such a turn lacked one of them; the strategy logs which
@@ -26,7 +28,7 @@ from pipecat.audio.turn.base_turn_analyzer import EndOfTurnState
 from pipecat.metrics.metrics import MetricsData
 
 TURN_ENDS: Counter[str] = Counter()
-BY = ("model", "silence", "finished_text", "timeout")
+BY = ("model", "silence", "finished_text", "no_words", "timeout")
 STRATEGY_STATE = ("_text", "_turn_complete", "_vad_user_speaking", "_vad_stopped", "_transcript_finalized",
                   "_timeout_expired")  # what pipecat's TurnAnalyzerUserTurnStopStrategy decides on
 

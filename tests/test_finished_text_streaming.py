@@ -54,13 +54,16 @@ class Stamped(FrameProcessor):
         super().__init__()
         self.turn_end_at: list[float] = []
         self.speculation_at: list[float] = []
+        self.contexts = 0  # LLM requests the aggregator sent (speculative or not)
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         if isinstance(frame, UserStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
             self.turn_end_at.append(time.time())
-        if isinstance(frame, LLMContextFrame) and frame.speculation:
-            self.speculation_at.append(time.time())
+        if isinstance(frame, LLMContextFrame):
+            self.contexts += 1
+            if frame.speculation:
+                self.speculation_at.append(time.time())
         await self.push_frame(frame, direction)
 
 
@@ -124,8 +127,8 @@ def test_a_finished_final_ends_the_turn_before_smart_turns_fallback(engine, spec
     without, by_rule_off, lead_off, ends_off = asyncio.run(_turn_end_after_vad_stop(-1.0, speculate, engine))
     with_rule, by_rule, lead, ends = asyncio.run(_turn_end_after_vad_stop(0.3, speculate, engine))
     # the turn-end counts say which path ended each turn: the fallback's silence, then the rule
-    assert ends_off == {"model": 0, "silence": 1, "finished_text": 0, "timeout": 0}, ends_off
-    assert ends == {"model": 0, "silence": 0, "finished_text": 1, "timeout": 0}, ends
+    assert ends_off == {"model": 0, "silence": 1, "finished_text": 0, "no_words": 0, "timeout": 0}, ends_off
+    assert ends == {"model": 0, "silence": 0, "finished_text": 1, "no_words": 0, "timeout": 0}, ends
     print(f"{engine} speculate={speculate!r}: turn end {with_rule * 1000:.0f} ms after the VAD stop with the rule, "
           f"{without * 1000:.0f} ms without; speculative request {lead} s before it")
     # With speculation the reply is requested on the final once smart-turn has called the turn unfinished
@@ -170,5 +173,86 @@ def test_a_turn_without_transcript_text_is_counted_as_ended_by_the_stop_timeout(
     assert "vad_stopped=True" in unended[0], unended
     # smart-turn calls "Hello world." unfinished, its 0.8 s fallback of quiet then says complete (counted as
     # silence), but with no text the strategy does not end the turn: pipecat's timeout does
-    assert added == {"model": 0, "silence": 1, "finished_text": 0, "timeout": 1}, added
+    assert added == {"model": 0, "silence": 1, "finished_text": 0, "no_words": 0, "timeout": 1}, added
     assert len(turn_ends) == 1
+
+
+@pytest.mark.skipif(not CLIP.is_file(), reason="needs asterisk-core-sounds-en-wav (installed by scripts/install.sh)")
+@pytest.mark.parametrize(("engine", "speculate"), [("parakeet", "final"), ("parakeet", ""), ("whisper", "final")])
+def test_an_empty_final_with_no_words_before_it_ends_the_turn_at_once(engine, speculate):
+    """Runs 66-68: each of their 5 s stop timeouts came 4.9-5.0 s after an empty final of the random-weight
+    Parakeet. The ASR's one final per segment, empty when it heard no words, now ends such a turn on arrival
+    (``no_words``). What the aggregator does with a turn without words is pipecat's, as after the timeout: no user
+    message; this one came before the bot had finished speaking, so it counts as interrupting the bot and
+    ``EmptyUserTurnConfig`` runs the LLM once on its "ask them to repeat" prompt."""
+
+    async def run() -> tuple[dict[str, int], list[float], float | None, int, list]:
+        before = dict(TURN_ENDS)
+        config = Config()
+        config.asr.engine = engine
+        config.llm.speculate = speculate
+        strategies = make_turn_strategies(config)
+        context = LLMContext()
+        pair = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
+            user_turn_strategies=strategies, user_turn_stop_timeout=1.2))
+        count_stop_timeouts(pair.user(), "test")
+        speech = load_audio(CLIP, 16000)
+        quiet = np.zeros(int(16000 * STOP_SECS), np.float32)
+        empty = TranscriptionFrame("", "caller", time_now_iso8601())
+        empty.finalized = True
+        frames = [VADUserStartedSpeakingFrame(start_secs=0.1), *_audio(speech, 0.0), *_audio(quiet, 0.0),
+                  VADUserStoppedSpeakingFrame(stop_secs=STOP_SECS), empty,
+                  *_audio(np.zeros(int(16000 * 2.0), np.float32), 0.02)]
+        vad, out = StopAt(), Stamped()
+        await run_test(Pipeline([vad, pair.user(), out]), frames_to_send=frames,
+                       pipeline_params=PipelineParams(audio_in_sample_rate=16000))
+        added = {by: TURN_ENDS[by] - before.get(by, 0) for by in BY}
+        return added, out.turn_end_at, vad.vad_stop_at, out.contexts, context.get_messages()
+
+    added, turn_ends, vad_stop_at, contexts, messages = asyncio.run(run())
+    assert added["no_words"] == 1 and added["timeout"] == 0 and added["finished_text"] == 0, added
+    assert len(turn_ends) == 1 and vad_stop_at is not None
+    # at once: before smart-turn's 0.8 s silence fallback, let alone the stop timeout
+    assert turn_ends[0] - vad_stop_at < 0.5, turn_ends[0] - vad_stop_at
+    assert not [m for m in messages if m.get("role") == "user"], messages
+    assert contexts == 1 and [m["role"] for m in messages] == ["developer"], messages
+    assert "repeat" in messages[0]["content"]
+
+
+@pytest.mark.skipif(not CLIP.is_file(), reason="needs asterisk-core-sounds-en-wav (installed by scripts/install.sh)")
+def test_an_empty_final_after_words_in_the_same_turn_keeps_them():
+    """An empty final of a second segment must not wipe the first segment's words (pipecat's logic would take it
+    as the turn's text): the turn still ends on "Hello world." and asks the LLM once."""
+
+    async def run() -> tuple[dict[str, int], int, list]:
+        before = dict(TURN_ENDS)
+        config = Config()
+        config.asr.engine = "parakeet"
+        config.llm.speculate = ""
+        config.vad.turn_finished_text_secs = 0.3
+        strategies = make_turn_strategies(config)
+        context = LLMContext()
+        pair = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
+            user_turn_strategies=strategies, user_turn_stop_timeout=1.5))
+        count_stop_timeouts(pair.user(), "test")
+        speech = load_audio(CLIP, 16000)
+        quiet = np.zeros(int(16000 * STOP_SECS), np.float32)
+        words = TranscriptionFrame("Hello world.", "caller", time_now_iso8601())
+        words.finalized = True
+        empty = TranscriptionFrame("", "caller", time_now_iso8601())
+        empty.finalized = True
+        frames = [VADUserStartedSpeakingFrame(start_secs=0.1), *_audio(speech, 0.0), *_audio(quiet, 0.0),
+                  VADUserStoppedSpeakingFrame(stop_secs=STOP_SECS), words,
+                  VADUserStartedSpeakingFrame(start_secs=0.1), *_audio(quiet, 0.0),  # a breath, no words
+                  VADUserStoppedSpeakingFrame(stop_secs=STOP_SECS), empty,
+                  *_audio(np.zeros(int(16000 * 2.0), np.float32), 0.02)]
+        out = Stamped()
+        await run_test(Pipeline([StopAt(), pair.user(), out]), frames_to_send=frames,
+                       pipeline_params=PipelineParams(audio_in_sample_rate=16000))
+        added = {by: TURN_ENDS[by] - before.get(by, 0) for by in BY}
+        return added, out.contexts, context.get_messages()
+
+    added, contexts, messages = asyncio.run(run())
+    assert added["no_words"] == 0 and added["timeout"] == 0, added
+    assert contexts == 1
+    assert [m["content"] for m in messages if m.get("role") == "user"] == ["Hello world."], messages

@@ -14,7 +14,7 @@ Names (all prefixed ``cadence_``):
 - ``llm_requests_total``: chat completions sent to the LLM server (``agent.llm_stage``);
   ``speculations_started_total{trigger}``, ``speculations_confirmed_total``, ``speculations_withdrawn_total{reason}``:
   speculative replies (``agent.speculative_turn``);
-- ``turn_ends_total{by}``: what ended the callers' turns, ``model`` / ``silence`` / ``finished_text``
+- ``turn_ends_total{by}``: what ended the callers' turns, ``model`` / ``silence`` / ``finished_text`` / ``no_words`` / ``timeout``
   (``agent.turn_ends``);
 - ``gc_frozen_objects``, ``event_loop_info{loop}``.
 """

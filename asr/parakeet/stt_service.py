@@ -3,7 +3,7 @@
 Per utterance (VAD start to VAD stop) the service opens a stream session, feeds it the audio
 (plus a short pre-roll from before the VAD fired), pushes ``InterimTranscriptionFrame``s as
 partials decode (every ``asr.partial_interval_ms`` of audio), and at VAD stop pushes one finalized
-``TranscriptionFrame``; pipecat measures TTFB from the end of speech to that frame. Audio keeps
+``TranscriptionFrame`` (empty when it heard no words); pipecat measures TTFB from the end of speech to it. Audio keeps
 flowing while a final is computed: finals and interims go out from one ordered background task.
 
 Every interim frame's ``result`` is a :class:`ParakeetPartial`: the batcher's result plus how many
@@ -213,6 +213,11 @@ class ParakeetSTTService(STTService):
         if not result.text:
             logger.info(f"{self}: empty final transcript ({result.audio_s:.2f} s of audio)")
             await self.cancel_ttfb_metrics()
+            # one final per utterance, an empty one too: the stop strategy ends a turn that heard no words on it
+            # instead of leaving it open for pipecat's 5 s user_turn_stop_timeout (agent.finished_text_stop)
+            empty = TranscriptionFrame("", self._user_id, time_now_iso8601(), self._lang(), result=result)
+            empty.finalized = True
+            await self.push_frame(empty)
             return
         await self._handle_transcription(result.text, True, self._lang())
         logger.debug(f"{self}: final [{result.text}]")

@@ -173,3 +173,22 @@ async def test_interims_carry_the_partial_and_mark_it_stable_once_unchanged(batc
     assert pushed[1].result.result is same
     await service._push_interim(_Interim(0, same))  # an utterance already final: dropped
     assert len(pushed) == 4
+
+
+async def test_an_utterance_with_no_words_gets_one_empty_final():
+    """A model that hears no words (blank always wins) still gives the utterance its one final, empty: the stop
+    strategy ends such a turn on it (``agent.finished_text_stop``) instead of pipecat's 5 s stop timeout."""
+    from asr.parakeet.tiny import build_reference_model, checkpoint
+
+    model = build_reference_model(seed=0)
+    with torch.no_grad():
+        model.joint.head.bias[model.config.blank_token_id] = 1e4
+    deaf = StreamBatcher(ParakeetEngine(checkpoint(model)), StreamConfig(chunk_ms=160))
+    service = ParakeetSTTService(deaf, preroll_s=0.0, audio_passthrough=False)
+    frames = [VADUserStartedSpeakingFrame(), *_audio_frames(synthetic_speech(1.2, seed=23)),
+              VADUserStoppedSpeakingFrame(stop_secs=0.2), SleepFrame(sleep=0.5)]
+    down, _ = await run_test(service, frames_to_send=frames, pipeline_params=PipelineParams(audio_in_sample_rate=16000))
+    finals = [f for f in down if isinstance(f, TranscriptionFrame)]
+    assert [(f.text, f.finalized) for f in finals] == [("", True)]
+    assert finals[0].result is not None and finals[0].result.audio_s > 1.0
+    assert not [f for f in down if isinstance(f, InterimTranscriptionFrame)]
