@@ -117,16 +117,16 @@ def environment() -> dict[str, Any]:
 def decoder_graphs(engine: KokoroEngine) -> dict[str, Any] | None:
     """The CUDA graphs (acoustic side, and text side when captured): buckets, capture time, replays and eager
     fallbacks so far."""
-    g = engine.model.graphs
-    if g is None:
+    def one(g: Any) -> dict[str, Any]:
+        return {"buckets": g.captured, "capture_s": round(g.capture_s, 1), "replays": g.replays,
+                "fallbacks": g.fallbacks, "split_batches": g.split_batches, "plan": g.plan_mode,
+                "replay_ms": {f"{b}x{n}": round(ms, 2) for (b, n), ms in sorted(g.replay_ms.items())}}
+
+    if engine.model.graphs is None:
         return None
-    out = {"buckets": g.captured, "capture_s": round(g.capture_s, 1), "replays": g.replays, "fallbacks": g.fallbacks,
-           "split_batches": g.split_batches, "plan": g.plan_mode,
-           "replay_ms": {f"{b}x{f}": round(ms, 2) for (b, f), ms in sorted(g.replay_ms.items())}}
-    t = engine.model.text_graphs
-    if t is not None:
-        out["text"] = {"buckets": t.captured, "capture_s": round(t.capture_s, 1), "replays": t.replays,
-                       "fallbacks": t.fallbacks}
+    out = one(engine.model.graphs)
+    if engine.model.text_graphs is not None:
+        out["text"] = one(engine.model.text_graphs)
     return out
 
 

@@ -170,21 +170,30 @@ def test_decoder_graphs_match_eager(model: KokoroModel) -> None:
 
 
 def test_cost_plan_times_every_bucket_and_matches_eager(model: KokoroModel) -> None:
-    """The default plan: every bucket's replay is timed at capture (a bucket of more rows and frames takes longer),
-    and a batch cut into the groups of least summed time gives each item the eager batch's audio."""
+    """The default plan on both graph sets: every bucket's replay is timed at capture (a bucket of more rows and
+    frames or tokens takes longer), and a batch cut into the groups of least summed time gives each item the eager
+    batch's durations and audio."""
     items = _items(model)
-    eager = model.synthesize(items * 3, frame_bucket=8).audio
+    eager_batch = model.synthesize(items * 3, frame_bucket=8)
+    eager = eager_batch.audio
     try:
         graphs = model.enable_decoder_graphs(max_batch=8, frame_step=32, max_frames=512, max_cells=8 * 512)
-        assert graphs.plan_mode == "cost" and set(graphs.replay_ms) == set(graphs.sizes)
-        assert all(ms > 0 for ms in graphs.replay_ms.values())
-        assert graphs.replay_ms[(8, 512)] > graphs.replay_ms[(1, 32)]
-        planned = model.synthesize(items * 3, frame_bucket=8).audio
-        assert graphs.fallbacks == 0 and graphs.replays >= 2
-        print(f"cost plan: {graphs.replays} replays, {graphs.split_batches} split; replay ms 1x32 "
-              f"{graphs.replay_ms[(1, 32)]:.2f}, 8x512 {graphs.replay_ms[(8, 512)]:.2f}")
+        text = model.enable_text_graphs(max_batch=8, token_step=32, max_tokens=128, max_cells=8 * 128)
+        for g, small, big in ((graphs, (1, 32), (8, 512)), (text, (1, 32), (8, 128))):
+            assert g.plan_mode == "cost" and set(g.replay_ms) == set(g.sizes)
+            assert all(ms > 0 for ms in g.replay_ms.values())
+            assert g.replay_ms[big] > g.replay_ms[small]
+        planned_batch = model.synthesize(items * 3, frame_bucket=8)
+        planned = planned_batch.audio
+        assert graphs.fallbacks == 0 and graphs.replays >= 2 and text.fallbacks == 0 and text.replays >= 2
+        print(f"cost plan: acoustic {graphs.replays} replays, {graphs.split_batches} split, replay ms 1x32 "
+              f"{graphs.replay_ms[(1, 32)]:.2f}, 8x512 {graphs.replay_ms[(8, 512)]:.2f}; text {text.replays} "
+              f"replays, {text.split_batches} split, 1x32 {text.replay_ms[(1, 32)]:.2f}, 8x128 "
+              f"{text.replay_ms[(8, 128)]:.2f}")
     finally:
         model.graphs = None
+        model.text_graphs = None
+    assert planned_batch.durations == eager_batch.durations
     for row, want in enumerate(eager):
         assert len(planned[row]) == len(want)
         err = np.abs(planned[row] - want).max() / np.abs(want).max()
@@ -198,7 +207,8 @@ def test_text_graphs_match_eager(model: KokoroModel) -> None:
     eager = model.synthesize(items, frame_bucket=8)
     eager_one = model.synthesize(items[1:2], frame_bucket=8)
     try:
-        graphs = model.enable_text_graphs(max_batch=8, token_step=32, max_tokens=128, max_cells=8 * 128)
+        graphs = model.enable_text_graphs(max_batch=8, token_step=32, max_tokens=128, max_cells=8 * 128,
+                                          plan="fewest")
         assert graphs.captured == 4 * 4  # batches 1, 2, 4, 8 x tokens 32..128
         replayed = model.synthesize(items, frame_bucket=8)  # 4 items of <= 74 tokens -> the (4, 96) bucket
         one = model.synthesize(items[1:2], frame_bucket=8)  # the (1, 32) bucket

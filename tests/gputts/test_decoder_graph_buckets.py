@@ -8,17 +8,18 @@ pytest.importorskip("torch")
 
 from tts.kokoro import config as kconfig  # noqa: E402
 from tts.kokoro.checkpoint import build_random  # noqa: E402
-from tts.kokoro.decoder_graphs import DecoderGraphs, bucket_sizes, split_rows  # noqa: E402
+from tts.kokoro.decoder_graphs import DecoderGraphs  # noqa: E402
+from tts.kokoro.graph_buckets import bucket_sizes, split_rows  # noqa: E402
 from tts.kokoro.text_graphs import TextGraphs  # noqa: E402
 
 
 def test_buckets_cover_batches_and_frames_within_the_cell_cap() -> None:
-    sizes = bucket_sizes(max_batch=64, frame_step=32, max_frames=512, max_cells=64 * 192)
+    sizes = bucket_sizes(max_batch=64, step=32, max_length=512, max_cells=64 * 192)
     assert {b for b, _ in sizes} == {1, 2, 4, 8, 16, 32, 64}
     assert max(f for b, f in sizes if b == 64) == 192  # the cap binds the largest batch
     assert max(f for b, f in sizes if b == 16) == 512
     assert all(b * f <= 64 * 192 for b, f in sizes)
-    assert bucket_sizes(max_batch=48, frame_step=64, max_frames=128, max_cells=10**6)[-2:] == [(48, 64), (48, 128)]
+    assert bucket_sizes(max_batch=48, step=64, max_length=128, max_cells=10**6)[-2:] == [(48, 64), (48, 128)]
 
 
 def test_graphs_refuse_a_cpu_model() -> None:
@@ -31,7 +32,7 @@ def test_graphs_refuse_a_cpu_model() -> None:
 
 def test_split_rows_fits_each_group_to_a_bucket_longest_first() -> None:
     """Run 64: batches of 40-64 past every bucket ran eagerly and out of memory; now rows are replayed in groups."""
-    buckets = bucket_sizes(max_batch=64, frame_step=32, max_frames=512, max_cells=64 * 192)
+    buckets = bucket_sizes(max_batch=64, step=32, max_length=512, max_cells=64 * 192)
     frames = [100, 300, 190, 500, 600, 40, 180] * 9  # 63 rows: two of every nine longer than every bucket
     groups, eager = split_rows(frames, buckets)
     rows = sorted([r for g in groups for r in g] + eager)

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from tts.kokoro import config as kconfig  # noqa: E402
 from tts.kokoro.checkpoint import build_random, random_voice  # noqa: E402
-from tts.kokoro.decoder_graphs import plan_rows, split_rows  # noqa: E402
+from tts.kokoro.graph_buckets import plan_rows, split_rows  # noqa: E402
 from tts.kokoro.layers import Span, masked_lstm, packed_lstm  # noqa: E402
 from tts.kokoro.model import Utterance  # noqa: E402
 

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tts.kokoro.decoder_graphs import plan_rows  # noqa: E402
+from tts.kokoro.graph_buckets import plan_rows  # noqa: E402
 
 
 def _bucket_cost(rows: list[int], frames: list[int], costs: dict[tuple[int, int], float]) -> float:

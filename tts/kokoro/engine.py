@@ -213,7 +213,8 @@ class KokoroEngine:
                                                  max_cells=self.options.graph_max_cells, plan=self.options.graph_plan)
                 if self.options.text_graphs:
                     self.model.enable_text_graphs(self.options.max_batch, max_tokens=self.options.graph_max_tokens,
-                                                  max_cells=self.options.graph_max_token_cells)
+                                                  max_cells=self.options.graph_max_token_cells,
+                                                  plan=self.options.graph_plan)
         with self.batcher.held():
             requests = [self.batcher.submit_future(self.utterance(longest.ids, seed=i)) for i in range(n)]
         audio_s = sum(len(r.future.result()) for r in requests) / self.sample_rate

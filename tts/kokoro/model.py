@@ -248,37 +248,37 @@ class KokoroModel(nn.Module):
 
     def _text_side(self, ids: torch.Tensor, tokens: Span, lengths: list[int], s_pro: torch.Tensor,
                    speed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """:meth:`text_pass` for the batch: one replay of the text graph bucket that holds it; else replays of
-        groups of rows that each fit one (``split_rows``, longest first) scattered back into the batch's padded
-        outputs, the rows no bucket holds run eagerly; eagerly whole without text graphs."""
+        """:meth:`text_pass` for the batch: replays of the text graphs as their plan cuts the batch's rows
+        (``graph_buckets``: one replay when one bucket is the cheapest way), the groups' outputs scattered back into
+        the batch's padded ones, the rows no bucket holds eagerly; eagerly whole without text graphs."""
         graphs = self.text_graphs
-        if graphs is None or graphs.pick(*ids.shape) is None:
-            groups, eager = graphs.split(lengths) if graphs is not None else ([], [])
-            if not groups:
-                if graphs is not None:
-                    graphs.fallbacks += 1
-                return self.text_pass(ids, tokens, s_pro, speed)
-            graphs.split_batches += 1
-            graphs.fallbacks += bool(eager)
-            b, t = ids.shape
-            out: list[torch.Tensor] = []
-            for rows, replay in [(rows, True) for rows in groups] + ([(eager, False)] if eager else []):
-                n = max(lengths[r] for r in rows)
-                idx = torch.tensor(rows, device=ids.device)
-                part = graphs.run(ids[idx, :n], tokens.lens[idx], s_pro[idx], speed[idx]) if replay else None
-                if part is None:
-                    span = Span.of([lengths[r] for r in rows], n, ids.device, tokens.mask.dtype)
-                    part = self.text_pass(ids[idx, :n], span, s_pro[idx], speed[idx])
-                if not out:  # the batch's outputs: d (b, t, C + S), dur (b, t), t_en (b, C, t), zero padded
-                    out = [part[0].new_zeros(b, t, part[0].shape[2]), part[1].new_zeros(b, t),
-                           part[2].new_zeros(b, part[2].shape[1], t)]
-                out[0][idx, :n] = part[0]
-                out[1][idx, :n] = part[1]
-                out[2][idx, :, :n] = part[2]
-            return out[0], out[1], out[2]
-        text = graphs.run(ids, tokens.lens, s_pro, speed)
-        assert text is not None
-        return text
+        if graphs is None:
+            return self.text_pass(ids, tokens, s_pro, speed)
+        groups, eager = graphs.plan(lengths)
+        if not eager and len(groups) == 1:
+            text = graphs.run(ids, tokens.lens, s_pro, speed)
+            return text if text is not None else self.text_pass(ids, tokens, s_pro, speed)
+        if not groups:
+            graphs.fallbacks += 1
+            return self.text_pass(ids, tokens, s_pro, speed)
+        graphs.split_batches += 1
+        graphs.fallbacks += bool(eager)
+        b, t = ids.shape
+        out: list[torch.Tensor] = []
+        for rows, replay in [(rows, True) for rows in groups] + ([(eager, False)] if eager else []):
+            n = max(lengths[r] for r in rows)
+            idx = torch.tensor(rows, device=ids.device)
+            part = graphs.run(ids[idx, :n], tokens.lens[idx], s_pro[idx], speed[idx]) if replay else None
+            if part is None:
+                span = Span.of([lengths[r] for r in rows], n, ids.device, tokens.mask.dtype)
+                part = self.text_pass(ids[idx, :n], span, s_pro[idx], speed[idx])
+            if not out:  # the batch's outputs: d (b, t, C + S), dur (b, t), t_en (b, C, t), zero padded
+                out = [part[0].new_zeros(b, t, part[0].shape[2]), part[1].new_zeros(b, t),
+                       part[2].new_zeros(b, part[2].shape[1], t)]
+            out[0][idx, :n] = part[0]
+            out[1][idx, :n] = part[1]
+            out[2][idx, :, :n] = part[2]
+        return out[0], out[1], out[2]
 
     def _rows_acoustic(self, rows: list[int], frames: list[int], frame_bucket: int, en: torch.Tensor,
                        asr: torch.Tensor, s_pro: torch.Tensor, s_dec: torch.Tensor, lens: torch.Tensor,

@@ -46,9 +46,10 @@ class KokoroOptions:
     cuda_graphs: bool = False
     graph_max_frames: int = 512  # longest padded clause (alignment frames, 25 ms each) a graph holds
     graph_max_cells: int = 64 * 192  # batch x frames of the largest bucket
-    # How a batch is cut into replays: "cost" (each bucket's replay timed after capture; the rows grouped at the
-    # least summed time, so 33 clauses are not padded to 64 rows nor short clauses to a long one) | "fewest" (one
-    # replay of the smallest bucket holding the whole batch, as before 2026-12-05's run 66).
+    # How a batch is cut into replays, on the decoder's and the text side's graphs (tts/kokoro/graph_buckets.py):
+    # "cost" (each bucket's replay timed after capture; the rows grouped at the least summed time, so 33 clauses
+    # are not padded to 64 rows nor short clauses to a long one; run 70) | "fewest" (one replay of the smallest
+    # bucket holding the whole batch, as before run 70).
     graph_plan: str = "cost"
     # With cuda_graphs: the text side (ALBERT, encoders, duration LSTMs) replayed from graphs per (batch, tokens)
     # bucket too (tts/kokoro/text_graphs.py), so a tick is two replays and one host sync, not hundreds of launches.

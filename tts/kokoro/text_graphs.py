@@ -9,9 +9,9 @@ interpreter with the engine's sockets. A replayed graph is one launch.
 How: ``KokoroModel.text_pass`` reads the lengths only as a device tensor (``Span.of_lens``,
 ``layers.masked_lstm``), so for a bucket (B, T) it is captured once over static buffers: ids (B, T), lengths,
 the prosody style and the speed. A batch of b <= B items of t <= T tokens is zero-padded into them (rows past
-b get one token, so no attention row is empty), replayed, and its three outputs copied out. A batch no bucket
-holds whole (a larger batch, longer clauses) is replayed in groups of rows that each fit one
-(``KokoroModel._text_side``); only a clause past every bucket runs eagerly. The graphs share one pool of their own.
+b get one token, so no attention row is empty), replayed, and its three outputs copied out. Which replays run a
+batch is the decoder's plan over these buckets (``graph_buckets``: the least timed cost, or the fewest replays;
+``KokoroModel._text_side``); only a clause past every bucket runs eagerly. The graphs share one pool of their own.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from tts.kokoro.decoder_graphs import bucket_sizes, split_rows
+from tts.kokoro.graph_buckets import TimedBuckets, bucket_sizes
 from tts.kokoro.layers import Span
 
 if TYPE_CHECKING:
@@ -45,12 +45,15 @@ class _Bucket:
     out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # d (B, T, C + S), dur (B, T), t_en (B, C, T)
 
 
-class TextGraphs:
+class TextGraphs(TimedBuckets):
     """CUDA graphs of ``model.text_pass`` per bucket (see the module docstring)."""
 
+    side = "text"
+
     def __init__(self, model: KokoroModel, max_batch: int = 64, token_step: int = 32, max_tokens: int = 256,
-                 max_cells: int = 64 * 128):
+                 max_cells: int = 64 * 128, plan: str = "cost"):
         self.model = model
+        self.init_plan(plan)
         self.device = model.device
         if self.device.type != "cuda":
             raise ValueError("text-side CUDA graphs need the model on a CUDA device")
@@ -61,7 +64,7 @@ class TextGraphs:
         self._lock = threading.Lock()
         self.replays = 0
         self.fallbacks = 0  # batches with rows outside every bucket (run eagerly)
-        self.split_batches = 0  # batches no bucket held whole, replayed in groups of rows (KokoroModel._text_side)
+        self.split_batches = 0  # batches replayed in more than one group of rows (KokoroModel._text_side)
         self.capture_s = 0.0
 
     def _buffers(self, b: int, t: int) -> _Bucket:
@@ -99,22 +102,12 @@ class TextGraphs:
         torch.cuda.synchronize(self.device)
         self.capture_s += time.perf_counter() - t0
         log.info("kokoro text side: %d CUDA graphs captured in %.1f s", len(self._buckets), self.capture_s)
+        if self.plan_mode == "cost":
+            self.time_replays()
 
     @property
     def captured(self) -> int:
         return len(self._buckets)
-
-    def split(self, lengths: list[int]) -> tuple[list[list[int]], list[int]]:
-        """``split_rows`` of the batch's token lengths over the captured buckets."""
-        return split_rows(lengths, list(self._buckets))
-
-    def pick(self, b: int, t: int) -> _Bucket | None:
-        """The smallest captured bucket holding ``b`` items of ``t`` tokens (None: none does)."""
-        best = None
-        for (bb, tt), k in self._buckets.items():
-            if bb >= b and tt >= t and (best is None or bb * tt < best.batch * best.tokens):
-                best = k
-        return best
 
     @torch.inference_mode()
     def run(self, ids: torch.Tensor, lens: torch.Tensor, s_pro: torch.Tensor, speed: torch.Tensor

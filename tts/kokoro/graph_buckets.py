@@ -1,0 +1,171 @@
+"""What Kokoro's two CUDA graph sets share (``decoder_graphs``, ``text_graphs``): the (batch, length) buckets,
+each bucket's replay timed after capture, and the plan that cuts a batch's rows into replays.
+
+A bucket pads its rows to a power-of-two batch and to its length, and a replay costs what the padded bucket
+costs: in one replay of the smallest bucket holding it, 33 clauses cost what 64 do and short clauses what the
+longest does. ``plan_rows`` cuts a batch, longest rows first, into the groups whose buckets' summed replay time
+is least; ``split_rows`` (the ``"fewest"`` plan, before run 70) makes the groups as large as the buckets allow.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+PLANS = ("cost", "fewest")
+
+
+def bucket_sizes(max_batch: int, step: int, max_length: int, max_cells: int) -> list[tuple[int, int]]:
+    """Every (batch, length) bucket: batches 1, 2, 4... to ``max_batch``, lengths ``step`` apart up to
+    ``max_length``, batch x length <= ``max_cells``."""
+    batches, b = [], 1
+    while b < max_batch:
+        batches.append(b)
+        b *= 2
+    batches.append(max_batch)
+    lengths = list(range(step, max_length + 1, step))
+    return [(b, n) for b in batches for n in lengths if b * n <= max_cells]
+
+
+def split_rows(frames: list[int], buckets: list[tuple[int, int]]) -> tuple[list[list[int]], list[int]]:
+    """The rows of a batch (``frames`` each) in groups that each fit one of ``buckets`` ((batch, frames) pairs),
+    and the rows no bucket holds (run eagerly).
+
+    Rows go longest first: each group starts at the longest row left and takes as many of the next (shorter)
+    rows as the largest bucket holding that row's frames allows, so rows of similar length share a replay
+    (less padding) and the fewest replays cover the batch. Run 64 (H100, 256 callers): batches of 40-64 past
+    every bucket ran eagerly, ran out of Kokoro's memory share and were retried in halves, every tick.
+    """
+    order = sorted(range(len(frames)), key=lambda row: -frames[row])
+    groups: list[list[int]] = []
+    eager: list[int] = []
+    i = 0
+    while i < len(order):
+        longest = frames[order[i]]
+        room = max((b for b, f in buckets if f >= longest), default=0)
+        if room == 0:
+            eager.append(order[i])
+            i += 1
+            continue
+        groups.append(order[i:i + room])
+        i += room
+    return groups, eager
+
+
+def plan_rows(frames: list[int], costs: dict[tuple[int, int], float]) -> tuple[list[list[int]], list[int]]:
+    """The rows of a batch (``frames`` each) in groups, each replayed from one bucket of ``costs`` ((batch, frames)
+    -> the replay's time), such that the groups' summed bucket time is least; and the rows no bucket holds (run
+    eagerly).
+
+    A group's cost is that of the cheapest bucket with at least its rows and its longest row's frames; both grow
+    with a group, so some least-cost cut is a run of consecutive rows in longest-first order (giving the group with
+    the longest row that many of the longest rows, the next group the next ones, and so on keeps every group's
+    size and never lengthens its longest row), and a dynamic program over the cut points finds it in O(rows^2).
+    At equal cost the fewer replays win.
+    """
+    longest = max((f for _, f in costs), default=0)
+    eager = [row for row, n in enumerate(frames) if n > longest]
+    order = sorted((row for row, n in enumerate(frames) if n <= longest), key=lambda row: -frames[row])
+    n = len(order)
+    if n == 0:
+        return [], eager
+    sizes = sorted({b for b, _ in costs})
+    # cheapest[f][c]: the least cost of a bucket holding c rows of up to f frames (inf when none), per distinct f
+    cheapest: dict[int, list[float]] = {}
+    for row in order:
+        f = frames[row]
+        if f in cheapest:
+            continue
+        per_size = {b: min((ms for (bb, ff), ms in costs.items() if bb == b and ff >= f), default=math.inf)
+                    for b in sizes}
+        table, best, k = [math.inf] * (n + 1), math.inf, len(sizes) - 1
+        for c in range(n, 0, -1):  # the least over bucket sizes >= c, from the largest count down
+            while k >= 0 and sizes[k] >= c:
+                best = min(best, per_size[sizes[k]])
+                k -= 1
+            table[c] = best
+        cheapest[f] = table
+    total: list[tuple[float, int]] = [(0.0, 0)] + [(math.inf, 0)] * n  # (cost, replays) of the first i rows
+    cut = [0] * (n + 1)
+    for i in range(1, n + 1):
+        for j in range(i):
+            ms = cheapest[frames[order[j]]][i - j]
+            if ms == math.inf:
+                continue
+            cand = (total[j][0] + ms, total[j][1] + 1)
+            if cand < total[i]:
+                total[i], cut[i] = cand, j
+    groups: list[list[int]] = []
+    i = n
+    while i > 0:
+        groups.append(order[cut[i]:i])
+        i = cut[i]
+    groups.reverse()
+    return groups, eager
+
+
+
+class TimedBuckets:
+    """A graph set's buckets (``self._buckets``: (batch, length) -> an object with ``graph``), their replay times
+    and the plan over them. The set sets ``side`` (for its log line), ``device``, ``_lock`` and calls
+    ``init_plan``; ``capture_all`` calls ``time_replays`` when the plan is ``"cost"``."""
+
+    side = ""
+    _buckets: dict[tuple[int, int], Any]
+    device: torch.device
+
+    def init_plan(self, plan: str) -> None:
+        if plan not in PLANS:
+            raise ValueError(f"kokoro graph plan {plan!r}: expected one of {PLANS}")
+        self.plan_mode = plan
+        self.replay_ms: dict[tuple[int, int], float] = {}  # per bucket, timed after capture
+
+    @torch.inference_mode()
+    def time_replays(self, repeats: int = 2) -> None:
+        """Each bucket's replay time (the least of ``repeats``, ms), what ``plan`` weighs; logged per batch size at
+        the shortest and longest lengths."""
+        t0 = time.perf_counter()
+        with self._lock:  # type: ignore[attr-defined]
+            for key, k in self._buckets.items():
+                assert k.graph is not None
+                best = math.inf
+                for _ in range(repeats):
+                    torch.cuda.synchronize(self.device)
+                    start = time.perf_counter()
+                    k.graph.replay()
+                    torch.cuda.synchronize(self.device)
+                    best = min(best, time.perf_counter() - start)
+                self.replay_ms[key] = best * 1000.0
+        rows = []
+        for b in sorted({b for b, _ in self.replay_ms}):
+            ns = sorted(n for bb, n in self.replay_ms if bb == b)
+            rows.append(f"{b}x{ns[0]} {self.replay_ms[(b, ns[0])]:.1f}, {b}x{ns[-1]} {self.replay_ms[(b, ns[-1])]:.1f}")
+        log.info("kokoro %s side: replays timed in %.1f s (ms): %s", self.side, time.perf_counter() - t0,
+                 "; ".join(rows))
+
+    def cost(self, b: int, n: int) -> float:
+        """A bucket's replay time as timed (ms); untimed, its cells (batch x length)."""
+        return self.replay_ms.get((b, n), float(b * n))
+
+    def plan(self, lengths: list[int]) -> tuple[list[list[int]], list[int]]:
+        """The replay groups of a batch's rows (``lengths`` each, padded as replayed) and the rows run eagerly: the
+        least summed replay time (``plan_rows``), or with ``"fewest"`` the whole batch in one replay when a
+        bucket holds it, else ``split_rows``."""
+        if self.plan_mode == "fewest":
+            if lengths and self.pick(len(lengths), max(lengths)) is not None:
+                return [list(range(len(lengths)))], []
+            return split_rows(lengths, list(self._buckets))
+        return plan_rows(lengths, {key: self.cost(*key) for key in self._buckets})
+
+    def pick(self, b: int, n: int) -> Any:
+        """The cheapest captured bucket (``cost``) holding ``b`` rows of ``n`` (None: none does)."""
+        best, best_cost = None, math.inf
+        for (bb, nn), k in self._buckets.items():
+            if bb >= b and nn >= n and self.cost(bb, nn) < best_cost:
+                best, best_cost = k, self.cost(bb, nn)
+        return best
