@@ -295,6 +295,14 @@ class GPUConfig:
     # llm.server = "vllm" with llm.model = this).
     vllm_model: str = ""
     vllm_extra_args: str = ""  # appended to the vLLM command line (shell-style quoting)
+    # CUDA MPS quality of service per stage's processes (agent/mps_qos.py): priority 0 normal / 1 below normal,
+    # the share of the SMs in percent (0: no cap). Only under MPS; all 0: the children's environment unchanged.
+    mps_asr_priority: int = 0
+    mps_llm_priority: int = 0
+    mps_tts_priority: int = 0
+    mps_asr_sm_percent: int = 0
+    mps_llm_sm_percent: int = 0
+    mps_tts_sm_percent: int = 0
 
 
 @dataclass

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 from loguru import logger
 
 from agent.config import Config
+from agent.mps_qos import child_env
 from agent.supervised_child import SupervisedChild, spawn_child, stop_child
 
 
@@ -112,7 +113,8 @@ class ManagedEngineProcess(SupervisedChild):
             hosts = (*hosts, "turn")
         return kind(engine_spec(config, hosts), log_path=log, memory_fraction=memory_fraction,
                     device=config.gpu.device, switch_interval_ms=interval or 0.0,
-                    report_s=config.server.engine_report_s)
+                    report_s=config.server.engine_report_s,
+                    env=child_env(config.gpu, "tts" if "tts" in hosts else "asr"))  # gpu.mps_* (None: inherit)
 
     @property
     def socket_path(self) -> str:

@@ -272,7 +272,9 @@ def managed_llm_server(plan: MemoryPlan | None, config: Config, device: DeviceMe
     """A ``ManagedLLMServer`` for a GPU ``llm.server`` (vLLM or transformers serve) on its planned share
     (1/``replicas`` of it: one of ``llm.replicas`` servers; ``device`` read just before this one starts)."""
     from agent.llm_server import LLMServerError, gpu_llm_server
+    from agent.mps_qos import child_env
 
+    environ = child_env(config.gpu, "llm")  # the MPS priority / SM share of gpu.mps_llm_* (None: inherit)
     kind = llm_server_kind(config)
     model = llm_model(config)
     extra = shlex.split(config.llm.server_args) + (shlex.split(config.gpu.vllm_extra_args) if kind == "vllm" else [])
@@ -280,13 +282,14 @@ def managed_llm_server(plan: MemoryPlan | None, config: Config, device: DeviceMe
     if kind == "transformers" and (plan is None or plan.share("llm").fraction <= 0):
         # No GPU share (a CPU box, e.g. with --set llm.server_args="--device cpu"): nothing to size.
         return gpu_llm_server("transformers", model, config.gpu.device, extra=extra, start_timeout_s=timeout,
-                              log_path=log_path)
+                              log_path=log_path, environ=environ)
     if kind == "llama-server" and (plan is None or plan.share("llm").fraction <= 0):
         # No GPU share (a CPU build of llama.cpp): llm.parallel slots, else one per admitted caller up to 4.
         parallel = config.llm.parallel or max(1, min(4, config.admission.max_sessions))
         return gpu_llm_server("llama-server", model, config.gpu.device, max_model_len=config.llm.context_size,
                               parallel=parallel, served_model_name=config.llm.served_model_name, extra=extra,
-                              start_timeout_s=timeout, log_path=log_path, binary=config.llm.server_path)
+                              start_timeout_s=timeout, log_path=log_path, binary=config.llm.server_path,
+                              environ=environ)
     if plan is None or plan.share("llm").fraction <= 0:
         raise GPUPlanError(f"llm.server = {kind!r} runs on the GPU but gpu.llm_fraction is 0: give the LLM a share")
     if replicas < 1:
@@ -296,7 +299,7 @@ def managed_llm_server(plan: MemoryPlan | None, config: Config, device: DeviceMe
     if kind == "vllm":
         return gpu_llm_server("vllm", model, plan.device, gpu_memory_utilization=share.fraction / replicas,
                               max_model_len=config.llm.context_size, served_model_name=config.llm.served_model_name,
-                              extra=extra, start_timeout_s=timeout, log_path=log_path)
+                              extra=extra, start_timeout_s=timeout, log_path=log_path, environ=environ)
     if kind == "transformers":
         weights = weights_bytes(model)
         if weights is None:
@@ -309,12 +312,13 @@ def managed_llm_server(plan: MemoryPlan | None, config: Config, device: DeviceMe
                 raise
             raise GPUPlanError(f"{exc} (the share is split {replicas} ways by llm.replicas; lower it)") from None
         return gpu_llm_server("transformers", model, plan.device, cache_memory_fraction=fraction, extra=extra,
-                              start_timeout_s=timeout, log_path=log_path)
+                              start_timeout_s=timeout, log_path=log_path, environ=environ)
     if kind == "llama-server":
         parallel = llama_server_slots(model, share_bytes, config, replicas)
         return gpu_llm_server("llama-server", model, plan.device, max_model_len=config.llm.context_size,
                               parallel=parallel, served_model_name=config.llm.served_model_name, extra=extra,
-                              start_timeout_s=timeout, log_path=log_path, binary=config.llm.server_path)
+                              start_timeout_s=timeout, log_path=log_path, binary=config.llm.server_path,
+                              environ=environ)
     raise GPUPlanError(f"llm.server = {kind!r} does not run on the GPU; set gpu.llm_fraction = 0")
 
 

@@ -31,6 +31,7 @@ from agent.config import Config, ConfigError
 from agent.goodbye import say_goodbye
 from agent.live_feed import LiveFeed
 from agent.llm_server import embedded_llama_server
+from agent.mps_qos import STAGES, mps_env
 from agent.pipeline import Engines
 from agent.runtime import freeze_gc_heap
 from agent.security import middleware
@@ -100,6 +101,9 @@ class CadenceServer:
         self.memory_plan = plan
         if plan is not None:
             logger.info(f"GPU memory plan:\n{plan.summary()}")
+        qos = {stage: env for stage in STAGES if (env := mps_env(cfg.gpu, stage))}  # refuses a setting out of range
+        if qos:
+            logger.info(f"CUDA MPS quality of service per stage (agent/mps_qos.py): {qos}")
         kind = self.llm_kind = llm_server_kind(cfg)
         base_url, model = cfg.llm.base_url, cfg.llm.model
         if cfg.llm.replicas < 1 or (cfg.llm.replicas > 1 and (base_url or kind not in GPU_SERVERS)):
