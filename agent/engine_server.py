@@ -271,6 +271,14 @@ def _graph_counts(engine: Any) -> str:
     return "".join("; " + p for p in parts)
 
 
+def _ms_quantile(values: list[float], q: float) -> str:
+    """The ``q`` quantile of ``values`` (seconds) in whole ms, nearest rank; "-" for none."""
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    return f"{ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3:.0f}"
+
+
 async def report_load(server: EngineServer, every_s: float, tick_s: float = 0.05) -> None:
     """Log, every ``every_s``: this process's CPU share, the event loop's lag (worst and p99 of ``tick_s``
     sleeps), and what each hosted batcher did in the interval (ticks, mean batch, busy share, queue).
@@ -302,6 +310,11 @@ async def report_load(server: EngineServer, every_s: float, tick_s: float = 0.05
                          f"{now['audio_s'] - tts0['audio_s']:.0f} s pending {batcher.pending} oom splits "
                          f"{now['oom_splits'] - tts0['oom_splits']}{_graph_counts(server.engine)}")
             tts0 = now
+            waits, ticks_s = batcher.drain_timings()
+            if ticks_s:  # what a first clause waited in the queue, and what the ticks ahead of it cost
+                parts.append(f"first-clause wait p50 {_ms_quantile(waits, 0.5)} p99 {_ms_quantile(waits, 0.99)} ms "
+                             f"(n {len(waits)}), tick p50 {_ms_quantile(ticks_s, 0.5)} p99 "
+                             f"{_ms_quantile(ticks_s, 0.99)} ms")
             phases = _phases(server.engine)
             if phases:  # where Kokoro's batches spent that time (issuing work vs waiting for the GPU)
                 parts.append("kokoro " + " ".join(f"{k} {(v - phases0.get(k, 0.0)) / (wall - wall0):.2f}"

@@ -18,7 +18,7 @@ import itertools
 import logging
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +31,8 @@ from tts.kokoro.model import KokoroModel, Utterance
 Done = Callable[[np.ndarray | None, BaseException | None], None]
 _ids = itertools.count()
 logger = logging.getLogger(__name__)
+FIRST_CLAUSE_SLACK_S = 0.005  # a ticket due within this of its queueing is a first clause
+TIMINGS_KEPT = 8192  # queue waits and tick times kept between two drain_timings calls
 
 
 @dataclass(order=True)
@@ -41,6 +43,12 @@ class Ticket:
     seq: int
     utterance: Utterance = field(compare=False)
     done: Done = field(compare=False)
+    queued_at: float = field(default=0.0, compare=False)  # monotonic seconds at submit
+
+    @property
+    def first(self) -> bool:
+        """Due at once when queued: a stream's first clause (its caller is waiting for the first audio)."""
+        return self.deadline <= self.queued_at + FIRST_CLAUSE_SLACK_S
 
 
 @dataclass
@@ -73,6 +81,9 @@ class SynthesisBatcher:
         self._queue: list[Ticket] = []
         self._in_flight = 0
         self._holds = 0
+        # first clauses' queue waits and each tick's time (s), for the engine's load line (``drain_timings``)
+        self._first_waits: deque[float] = deque(maxlen=TIMINGS_KEPT)
+        self._tick_s: deque[float] = deque(maxlen=TIMINGS_KEPT)
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
@@ -80,7 +91,8 @@ class SynthesisBatcher:
     # ------------------------------------------------------------------ queue
     def submit(self, utterance: Utterance, done: Done, deadline: float | None = None) -> Ticket:
         """Queue ``utterance``; ``done(audio, error)`` is called from the worker thread."""
-        ticket = Ticket(time.monotonic() if deadline is None else deadline, next(_ids), utterance, done)
+        now = time.monotonic()
+        ticket = Ticket(now if deadline is None else deadline, next(_ids), utterance, done, queued_at=now)
         with self._cond:
             if self._closed:
                 raise RuntimeError("the synthesis batcher is closed")
@@ -103,6 +115,15 @@ class SynthesisBatcher:
         """Utterances queued and not yet taken by a tick."""
         with self._cond:
             return len(self._queue)
+
+    def drain_timings(self) -> tuple[list[float], list[float]]:
+        """The first clauses' waits in the queue (submit -> taken by a tick) and the ticks' times, in seconds, since
+        the last call: what an urgent clause pays for the batch ahead of it, and what that batch costs."""
+        with self._cond:
+            waits, ticks = list(self._first_waits), list(self._tick_s)
+            self._first_waits.clear()
+            self._tick_s.clear()
+        return waits, ticks
 
     @property
     def in_flight(self) -> int:
@@ -221,9 +242,14 @@ class SynthesisBatcher:
                     return
                 batch = self._take()
                 self._in_flight = len(batch)
+                taken = time.monotonic()
+                self._first_waits.extend(taken - t.queued_at for t in batch if t.first)
             start = time.perf_counter()
             outcomes = self._synthesize(batch)
-            self.stats.busy_s += time.perf_counter() - start
+            elapsed = time.perf_counter() - start
+            self.stats.busy_s += elapsed
+            with self._cond:
+                self._tick_s.append(elapsed)
             self.stats.ticks += 1
             self.stats.utterances += len(batch)
             self.stats.last_batch = len(batch)
