@@ -37,7 +37,7 @@ if [[ " $STEPS " == *" tts "* ]]; then
     | tee -a "$OUT/summary.txt"
 fi
 if [[ " $STEPS " == *" server "* ]]; then
-  timeout 230 python3 bench/transcribe_server.py --device cuda ${SERVER_PLAN:+--plan "$SERVER_PLAN"} \
+  timeout 330 python3 bench/transcribe_server.py --device cuda ${SERVER_PLAN:+--plan "$SERVER_PLAN"} \
     --out "$OUT" > "$OUT/server.log" 2>&1
   say "server rc=$?"
   grep -E "fast backend|replay ms" "$OUT/server.log" | tee -a "$OUT/summary.txt"

@@ -59,7 +59,7 @@ step decoder 75 "$PY" bench/decoder_bench.py --batches 1,16,128 --out "$OUT"
 # the two served stages alone, as bench/h200_tts_server.sh runs them (needs the carried .whl): the transcription
 # server at its defaults over HTTP next to the engine alone (plan 10:1,256; mix:256; 3600:4), and Kokoro alone
 # (first audio at one stream, the batch table, the streaming ramp)
-step server 260 env STEPS=server OUT="$OUT/server" bash bench/h200_tts_server.sh
+step server 360 env STEPS=server OUT="$OUT/server" bash bench/h200_tts_server.sh
 [ -f "$OUT/server/summary.txt" ] && grep -E "audio s/s|single|CPU|rc=" "$OUT/server/summary.txt" | head -12
 step tts 270 env STEPS=tts OUT="$OUT/tts" bash bench/h200_tts_server.sh
 [ -f "$OUT/tts/summary.txt" ] && grep -vE "^\[[0-9]+ s\] (commit|MPS|done)" "$OUT/tts/summary.txt" | head -30
