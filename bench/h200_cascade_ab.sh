@@ -21,7 +21,7 @@ for i in "${!arms[@]}"; do
   # shellcheck disable=SC2086  (the arm's K=V words become the environment of its run)
   env ${arms[$i]} OUT="$OUT/arm$i" REUSE_MODELS=$reuse BUDGET_S="$budget" bash bench/h200_cascade.sh \
     > "$OUT/arm$i.log" 2>&1
-  grep -E "phone callers|GPU memory after|engine process ready|cadence serve|FAIL|error" "$OUT/arm$i/summary.txt" \
+  grep -E "phone callers|GPU memory after|engine process ready|cadence serve|FAIL|error|^kokoro " "$OUT/arm$i/summary.txt" \
     | cut -c1-600 | tee -a "$OUT/summary.txt"
   mv "$OUT/arm$i.log" "$OUT/arm$i/run.log"
   tar -czf "$OUT/arm$i.tar.gz" -C "$OUT" "arm$i" && rm -rf "$OUT/arm$i"
