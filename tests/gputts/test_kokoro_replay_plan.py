@@ -81,3 +81,25 @@ def test_equal_cost_takes_the_fewer_replays_and_too_long_rows_run_eagerly() -> N
     assert eager == [4] and [sorted(g) for g in groups] == [[0, 1, 2, 3]]
     assert plan_rows([], costs) == ([], [])
     assert plan_rows([70, 80], costs) == ([], [0, 1])
+
+
+def test_a_graph_set_tabulates_its_costs_once_and_again_after_a_capture_or_a_timing() -> None:
+    """``TimedBuckets.plan`` reads a table built from its buckets' costs (the plan runs every Kokoro tick); a bucket
+    captured or a replay timed since then rebuilds it."""
+    from tts.kokoro.graph_buckets import TimedBuckets
+
+    class Set(TimedBuckets):
+        def __init__(self) -> None:
+            self.init_plan("cost")
+            self._buckets = {(1, 64): object(), (4, 64): object()}
+
+    g = Set()
+    assert g.plan([50, 50, 50]) == ([[0], [1], [2]], [])  # untimed, each costs its cells: 3 x 64 < 256
+    first = g._table
+    assert g.plan([10]) == ([[0]], []) and g._table is first  # the same table
+    g._buckets[(2, 64)] = object()
+    g.plan([10])
+    assert g._table is not first
+    second = g._table
+    g.replay_ms.update({(1, 64): 10.0, (2, 64): 11.0, (4, 64): 12.0})
+    assert g.plan([50, 50, 50]) == ([[0, 1, 2]], []) and g._table is not second  # timed: one 4-row replay

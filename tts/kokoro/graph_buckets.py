@@ -9,6 +9,7 @@ is least; ``split_rows`` (the ``"fewest"`` plan, before run 70) makes the groups
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import time
@@ -57,10 +58,40 @@ def split_rows(frames: list[int], buckets: list[tuple[int, int]]) -> tuple[list[
     return groups, eager
 
 
-def plan_rows(frames: list[int], costs: dict[tuple[int, int], float]) -> tuple[list[list[int]], list[int]]:
+class CostTable:
+    """The least replay cost of ``c`` rows of at most ``n`` each (the cheapest bucket holding them), from a
+    (batch, length) -> cost map, tabulated once: a batch's plan then reads it instead of scanning every bucket
+    for every row (the plan runs on every Kokoro tick, in the engine's Python thread)."""
+
+    def __init__(self, costs: dict[tuple[int, int], float]) -> None:
+        self.lengths = sorted({n for _, n in costs})
+        self.max_rows = max((b for b, _ in costs), default=0)
+        self._tables: list[list[float]] = [[]] * len(self.lengths)
+        best_per_size: dict[int, float] = {}
+        for li in range(len(self.lengths) - 1, -1, -1):  # longest first: a bucket of length >= L holds rows of L
+            for (b, n), ms in costs.items():
+                if n == self.lengths[li]:
+                    best_per_size[b] = min(best_per_size.get(b, math.inf), ms)
+            table, best = [math.inf] * (self.max_rows + 1), math.inf
+            for c in range(self.max_rows, 0, -1):  # the least over bucket sizes >= c
+                best = min(best, best_per_size.get(c, math.inf))
+                table[c] = best
+            self._tables[li] = table
+
+    @property
+    def longest(self) -> int:
+        return self.lengths[-1] if self.lengths else 0
+
+    def rows(self, n: int) -> list[float]:
+        """Per row count c (index), the least cost of c rows of at most ``n`` (inf: no bucket holds them)."""
+        return self._tables[bisect.bisect_left(self.lengths, n)]
+
+
+def plan_rows(frames: list[int], costs: dict[tuple[int, int], float] | CostTable
+              ) -> tuple[list[list[int]], list[int]]:
     """The rows of a batch (``frames`` each) in groups, each replayed from one bucket of ``costs`` ((batch, frames)
-    -> the replay's time), such that the groups' summed bucket time is least; and the rows no bucket holds (run
-    eagerly).
+    -> the replay's time, or their ``CostTable``), such that the groups' summed bucket time is least; and the rows
+    no bucket holds (run eagerly).
 
     A group's cost is that of the cheapest bucket with at least its rows and its longest row's frames; both grow
     with a group, so some least-cost cut is a run of consecutive rows in longest-first order (giving the group with
@@ -68,33 +99,18 @@ def plan_rows(frames: list[int], costs: dict[tuple[int, int], float]) -> tuple[l
     size and never lengthens its longest row), and a dynamic program over the cut points finds it in O(rows^2).
     At equal cost the fewer replays win.
     """
-    longest = max((f for _, f in costs), default=0)
-    eager = [row for row, n in enumerate(frames) if n > longest]
-    order = sorted((row for row, n in enumerate(frames) if n <= longest), key=lambda row: -frames[row])
+    table = costs if isinstance(costs, CostTable) else CostTable(costs)
+    eager = [row for row, n in enumerate(frames) if n > table.longest]
+    order = sorted((row for row, n in enumerate(frames) if n <= table.longest), key=lambda row: -frames[row])
     n = len(order)
     if n == 0:
         return [], eager
-    sizes = sorted({b for b, _ in costs})
-    # cheapest[f][c]: the least cost of a bucket holding c rows of up to f frames (inf when none), per distinct f
-    cheapest: dict[int, list[float]] = {}
-    for row in order:
-        f = frames[row]
-        if f in cheapest:
-            continue
-        per_size = {b: min((ms for (bb, ff), ms in costs.items() if bb == b and ff >= f), default=math.inf)
-                    for b in sizes}
-        table, best, k = [math.inf] * (n + 1), math.inf, len(sizes) - 1
-        for c in range(n, 0, -1):  # the least over bucket sizes >= c, from the largest count down
-            while k >= 0 and sizes[k] >= c:
-                best = min(best, per_size[sizes[k]])
-                k -= 1
-            table[c] = best
-        cheapest[f] = table
+    starts = [table.rows(frames[row]) for row in order]  # a group starting at row j is sized by row j's frames
     total: list[tuple[float, int]] = [(0.0, 0)] + [(math.inf, 0)] * n  # (cost, replays) of the first i rows
     cut = [0] * (n + 1)
     for i in range(1, n + 1):
-        for j in range(i):
-            ms = cheapest[frames[order[j]]][i - j]
+        for j in range(max(0, i - table.max_rows), i):
+            ms = starts[j][i - j]
             if ms == math.inf:
                 continue
             cand = (total[j][0] + ms, total[j][1] + 1)
@@ -107,7 +123,6 @@ def plan_rows(frames: list[int], costs: dict[tuple[int, int], float]) -> tuple[l
         i = cut[i]
     groups.reverse()
     return groups, eager
-
 
 
 class TimedBuckets:
@@ -124,6 +139,8 @@ class TimedBuckets:
             raise ValueError(f"kokoro graph plan {plan!r}: expected one of {PLANS}")
         self.plan_mode = plan
         self.replay_ms: dict[tuple[int, int], float] = {}  # per bucket, timed after capture
+        self._table: CostTable | None = None  # ``cost`` of every bucket, tabulated for ``plan``
+        self._table_of: tuple[int, int] = (-1, -1)  # (buckets, timed buckets) the table was built from
 
     @torch.inference_mode()
     def time_replays(self, repeats: int = 2) -> None:
@@ -160,7 +177,10 @@ class TimedBuckets:
             if lengths and self.pick(len(lengths), max(lengths)) is not None:
                 return [list(range(len(lengths)))], []
             return split_rows(lengths, list(self._buckets))
-        return plan_rows(lengths, {key: self.cost(*key) for key in self._buckets})
+        built_from = (len(self._buckets), len(self.replay_ms))  # a capture or a timing since: tabulate again
+        if self._table is None or self._table_of != built_from:
+            self._table, self._table_of = CostTable({key: self.cost(*key) for key in self._buckets}), built_from
+        return plan_rows(lengths, self._table)
 
     def pick(self, b: int, n: int) -> Any:
         """The cheapest captured bucket (``cost``) holding ``b`` rows of ``n`` (None: none does)."""
