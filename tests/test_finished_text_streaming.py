@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -144,30 +145,66 @@ def test_a_finished_final_ends_the_turn_before_smart_turns_fallback(engine, spec
     assert 0.25 <= with_rule <= 0.45, f"the finished final ended the turn {with_rule:.2f} s after the VAD stop"
 
 
+@dataclass
+class TurnRun:
+    """What one caller turn through the agent's stop strategies inside pipecat's user aggregator left."""
+
+    added: dict[str, int]  # the turn-end counts it added (``agent.turn_ends``)
+    turn_end_at: list[float]
+    vad_stop_at: float | None
+    contexts: int  # LLM requests the aggregator sent
+    messages: list  # the LLM context after it
+    unended: list[str]  # what the stop strategy had seen of turns something else ended
+
+
+def _final(text: str) -> TranscriptionFrame:
+    frame = TranscriptionFrame(text, "caller", time_now_iso8601())
+    frame.finalized = True
+    return frame
+
+
+def _spoken() -> list[Frame]:
+    """The recorded "Hello world." and the VAD's 0.2 s stop window of quiet, as the VAD stops there."""
+    quiet = np.zeros(int(16000 * STOP_SECS), np.float32)
+    return [VADUserStartedSpeakingFrame(start_secs=0.1), *_audio(load_audio(CLIP, 16000), 0.0), *_audio(quiet, 0.0),
+            VADUserStoppedSpeakingFrame(stop_secs=STOP_SECS)]
+
+
+def _run_turn(config: Config, frames: list[Frame], stop_timeout_s: float) -> TurnRun:
+    """``frames`` then 2 s of quiet in real time through ``config``'s turn strategies, pipecat's stop timeout at
+    ``stop_timeout_s`` (past the 0.8 s fallback, as 5 s is)."""
+
+    async def run() -> TurnRun:
+        before = dict(TURN_ENDS)
+        strategies = make_turn_strategies(config)
+        context = LLMContext()
+        pair = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
+            user_turn_strategies=strategies, user_turn_stop_timeout=stop_timeout_s))
+        count_stop_timeouts(pair.user(), "test")
+        vad, out = StopAt(), Stamped()
+        await run_test(Pipeline([vad, pair.user(), out]),
+                       frames_to_send=[*frames, *_audio(np.zeros(int(16000 * 2.0), np.float32), 0.02)],
+                       pipeline_params=PipelineParams(audio_in_sample_rate=16000))
+        return TurnRun({by: TURN_ENDS[by] - before.get(by, 0) for by in BY}, out.turn_end_at, vad.vad_stop_at,
+                       out.contexts, context.get_messages(), strategies.stop[0].unended)
+
+    return asyncio.run(run())
+
+
+def _config(engine: str, speculate: str = "final", finished_text_secs: float | None = None) -> Config:
+    config = Config()
+    config.asr.engine, config.llm.speculate = engine, speculate
+    if finished_text_secs is not None:
+        config.vad.turn_finished_text_secs = finished_text_secs
+    return config
+
+
 @pytest.mark.skipif(not CLIP.is_file(), reason="needs asterisk-core-sounds-en-wav (installed by scripts/install.sh)")
 def test_a_turn_without_transcript_text_is_counted_as_ended_by_the_stop_timeout():
     """Run 64: three turns waited for pipecat's user_turn_stop_timeout (5 s). Such a turn is counted (``timeout``),
     and the stop strategy says what it had seen (here: the analyzer's verdict but no transcript text)."""
-
-    async def run() -> tuple[dict[str, int], list[float]]:
-        before = dict(TURN_ENDS)
-        config = Config()
-        config.asr.engine = "parakeet"
-        strategies = make_turn_strategies(config)
-        pair = LLMContextAggregatorPair(LLMContext(), user_params=LLMUserAggregatorParams(
-            user_turn_strategies=strategies, user_turn_stop_timeout=1.2))  # past the 0.8 s fallback, as 5 s is
-        count_stop_timeouts(pair.user(), "test")
-        speech = load_audio(CLIP, 16000)
-        quiet = np.zeros(int(16000 * STOP_SECS), np.float32)
-        frames = [VADUserStartedSpeakingFrame(start_secs=0.1), *_audio(speech, 0.0), *_audio(quiet, 0.0),
-                  VADUserStoppedSpeakingFrame(stop_secs=STOP_SECS),  # and no transcript
-                  *_audio(np.zeros(int(16000 * 2.0), np.float32), 0.02)]
-        out = Stamped()
-        await run_test(Pipeline([StopAt(), pair.user(), out]), frames_to_send=frames,
-                       pipeline_params=PipelineParams(audio_in_sample_rate=16000))
-        return {by: TURN_ENDS[by] - before.get(by, 0) for by in BY}, out.turn_end_at, strategies.stop[0].unended
-
-    added, turn_ends, unended = asyncio.run(run())
+    run = _run_turn(_config("parakeet"), _spoken(), 1.2)  # and no transcript
+    added, turn_ends, unended = run.added, run.turn_end_at, run.unended
     # the strategy says what held the turn: the silence fallback's verdict was in, the transcript text was not
     assert len(unended) == 1 and "text=''" in unended[0] and "turn_complete=True" in unended[0], unended
     assert "vad_stopped=True" in unended[0], unended
@@ -185,31 +222,9 @@ def test_an_empty_final_with_no_words_before_it_ends_the_turn_at_once(engine, sp
     (``no_words``). What the aggregator does with a turn without words is pipecat's, as after the timeout: no user
     message; this one came before the bot had finished speaking, so it counts as interrupting the bot and
     ``EmptyUserTurnConfig`` runs the LLM once on its "ask them to repeat" prompt."""
-
-    async def run() -> tuple[dict[str, int], list[float], float | None, int, list]:
-        before = dict(TURN_ENDS)
-        config = Config()
-        config.asr.engine = engine
-        config.llm.speculate = speculate
-        strategies = make_turn_strategies(config)
-        context = LLMContext()
-        pair = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
-            user_turn_strategies=strategies, user_turn_stop_timeout=1.2))
-        count_stop_timeouts(pair.user(), "test")
-        speech = load_audio(CLIP, 16000)
-        quiet = np.zeros(int(16000 * STOP_SECS), np.float32)
-        empty = TranscriptionFrame("", "caller", time_now_iso8601())
-        empty.finalized = True
-        frames = [VADUserStartedSpeakingFrame(start_secs=0.1), *_audio(speech, 0.0), *_audio(quiet, 0.0),
-                  VADUserStoppedSpeakingFrame(stop_secs=STOP_SECS), empty,
-                  *_audio(np.zeros(int(16000 * 2.0), np.float32), 0.02)]
-        vad, out = StopAt(), Stamped()
-        await run_test(Pipeline([vad, pair.user(), out]), frames_to_send=frames,
-                       pipeline_params=PipelineParams(audio_in_sample_rate=16000))
-        added = {by: TURN_ENDS[by] - before.get(by, 0) for by in BY}
-        return added, out.turn_end_at, vad.vad_stop_at, out.contexts, context.get_messages()
-
-    added, turn_ends, vad_stop_at, contexts, messages = asyncio.run(run())
+    run = _run_turn(_config(engine, speculate), [*_spoken(), _final("")], 1.2)
+    added, turn_ends, vad_stop_at, contexts, messages = (run.added, run.turn_end_at, run.vad_stop_at, run.contexts,
+                                                         run.messages)
     assert added["no_words"] == 1 and added["timeout"] == 0 and added["finished_text"] == 0, added
     assert len(turn_ends) == 1 and vad_stop_at is not None
     # at once: before smart-turn's 0.8 s silence fallback, let alone the stop timeout
@@ -223,36 +238,12 @@ def test_an_empty_final_with_no_words_before_it_ends_the_turn_at_once(engine, sp
 def test_an_empty_final_after_words_in_the_same_turn_keeps_them():
     """An empty final of a second segment must not wipe the first segment's words (pipecat's logic would take it
     as the turn's text): the turn still ends on "Hello world." and asks the LLM once."""
-
-    async def run() -> tuple[dict[str, int], int, list]:
-        before = dict(TURN_ENDS)
-        config = Config()
-        config.asr.engine = "parakeet"
-        config.llm.speculate = ""
-        config.vad.turn_finished_text_secs = 0.3
-        strategies = make_turn_strategies(config)
-        context = LLMContext()
-        pair = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
-            user_turn_strategies=strategies, user_turn_stop_timeout=1.5))
-        count_stop_timeouts(pair.user(), "test")
-        speech = load_audio(CLIP, 16000)
-        quiet = np.zeros(int(16000 * STOP_SECS), np.float32)
-        words = TranscriptionFrame("Hello world.", "caller", time_now_iso8601())
-        words.finalized = True
-        empty = TranscriptionFrame("", "caller", time_now_iso8601())
-        empty.finalized = True
-        frames = [VADUserStartedSpeakingFrame(start_secs=0.1), *_audio(speech, 0.0), *_audio(quiet, 0.0),
-                  VADUserStoppedSpeakingFrame(stop_secs=STOP_SECS), words,
-                  VADUserStartedSpeakingFrame(start_secs=0.1), *_audio(quiet, 0.0),  # a breath, no words
-                  VADUserStoppedSpeakingFrame(stop_secs=STOP_SECS), empty,
-                  *_audio(np.zeros(int(16000 * 2.0), np.float32), 0.02)]
-        out = Stamped()
-        await run_test(Pipeline([StopAt(), pair.user(), out]), frames_to_send=frames,
-                       pipeline_params=PipelineParams(audio_in_sample_rate=16000))
-        added = {by: TURN_ENDS[by] - before.get(by, 0) for by in BY}
-        return added, out.contexts, context.get_messages()
-
-    added, contexts, messages = asyncio.run(run())
+    quiet = np.zeros(int(16000 * STOP_SECS), np.float32)
+    frames = [*_spoken(), _final("Hello world."),
+              VADUserStartedSpeakingFrame(start_secs=0.1), *_audio(quiet, 0.0),  # a breath, no words
+              VADUserStoppedSpeakingFrame(stop_secs=STOP_SECS), _final("")]
+    run = _run_turn(_config("parakeet", "", finished_text_secs=0.3), frames, 1.5)
+    added, contexts, messages = run.added, run.contexts, run.messages
     assert added["no_words"] == 0 and added["timeout"] == 0, added
     assert contexts == 1
     assert [m["content"] for m in messages if m.get("role") == "user"] == ["Hello world."], messages
