@@ -265,9 +265,11 @@ def _graph_counts(engine: Any) -> str:
     """Kokoro's text and decoder graphs so far: replays, batches replayed in groups of rows, batches with rows run
     eagerly."""
     model = getattr(getattr(engine, "batcher", None), "model", None)
+    lane = getattr(engine, "first_model", None)  # the first-clause lane's graphs
+    sets = [("text", getattr(model, "text_graphs", None)), ("decoder", getattr(model, "graphs", None)),
+            ("first-lane text", getattr(lane, "text_graphs", None)), ("first-lane decoder", getattr(lane, "graphs", None))]
     parts = [f"{name} graphs replays {g.replays} split {g.split_batches} eager {g.fallbacks}"
-             for name, g in (("text", getattr(model, "text_graphs", None)), ("decoder", getattr(model, "graphs", None)))
-             if g is not None]
+             for name, g in sets if g is not None]
     return "".join("; " + p for p in parts)
 
 
@@ -309,6 +311,10 @@ async def report_load(server: EngineServer, every_s: float, tick_s: float = 0.05
                          f"{(now['busy_s'] - tts0['busy_s']) / (wall - wall0):.2f} audio "
                          f"{now['audio_s'] - tts0['audio_s']:.0f} s pending {batcher.pending} oom splits "
                          f"{now['oom_splits'] - tts0['oom_splits']}{_graph_counts(server.engine)}")
+            if batcher.first_lane:  # of those, the first-clause lane's (busy above sums both lanes)
+                lane_ticks = now["first_lane_ticks"] - tts0["first_lane_ticks"]
+                lane_utts = now["first_lane_utterances"] - tts0["first_lane_utterances"]
+                parts.append(f"first lane ticks {lane_ticks} mean batch {lane_utts / lane_ticks if lane_ticks else 0:.1f}")
             tts0 = now
             waits, ticks_s = batcher.drain_timings()
             if ticks_s:  # what a first clause waited in the queue, and what the ticks ahead of it cost

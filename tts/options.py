@@ -21,3 +21,5 @@ class TTSConfig:
     kokoro_cuda_graphs: bool = False  # replay the decoder from CUDA graphs per (batch, frames) bucket
     kokoro_text_graphs: bool = True  # with kokoro_cuda_graphs: the text side from graphs per (batch, tokens) too
     kokoro_graph_plan: str = "cost"  # with kokoro_cuda_graphs: cost (least timed replays per batch) | fewest
+    # A lane of its own (thread, high-priority CUDA stream, graphs) for streams' first clauses (KokoroOptions.first_lane)
+    kokoro_first_lane: bool = False

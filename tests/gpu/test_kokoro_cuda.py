@@ -241,3 +241,40 @@ def test_engine_with_decoder_graphs_streams() -> None:
         print(f"kokoro graphs: {graphs.captured} buckets in {graphs.capture_s:.1f} s; warm-up {engine.memory.as_dict()}")
     finally:
         engine.close()
+
+
+def test_first_lane_replays_its_own_graphs_beside_the_main_lane() -> None:
+    """The first-clause lane (its own thread, high-priority stream and graphs) gives the main lane's audio, and a
+    first clause queued behind a large batch of later clauses is served without waiting for that batch."""
+    import time
+
+    from tts.kokoro.engine import KokoroEngine
+    from tts.kokoro.options import KokoroOptions
+
+    engine = KokoroEngine(KokoroOptions(device="cuda", g2p="chars", max_batch=32, dtype="bfloat16", cuda_graphs=True,
+                                        graph_max_frames=256, graph_max_cells=32 * 256, first_lane=True,
+                                        first_lane_max_batch=8, first_lane_max_frames=128, first_lane_max_tokens=96))
+    try:
+        lane, batcher = engine.first_model, engine.batcher
+        assert lane is not None and lane.graphs is not None and lane.graphs is not engine.model.graphs
+        assert lane.graphs.captured == 4 * 4 and lane.text_graphs is not None  # batches 1..8 x frames 32..128
+        ids = engine.phoneme_ids("Thanks for waiting.")
+        first = batcher.submit_future(engine.utterance(ids, seed=3)).future.result()
+        later = batcher.submit_future(engine.utterance(ids, seed=3), time.monotonic() + 30).future.result()
+        assert np.abs(first - later).max() < 2e-2  # bf16 decoder, the same buckets' shapes
+        replays = lane.graphs.replays
+        long_ids = engine.phoneme_ids("This is one of the later clauses, long enough to keep the main lane busy.")
+        with batcher.held():
+            bulk = [batcher.submit_future(engine.utterance(long_ids), time.monotonic() + 30) for _ in range(32)]
+        time.sleep(0.002)  # the main lane has taken its batch
+        t0 = time.perf_counter()
+        batcher.submit_future(engine.utterance(ids)).future.result()
+        first_s = time.perf_counter() - t0
+        done_before_bulk = not all(r.future.done() for r in bulk)
+        for r in bulk:
+            assert len(r.future.result()) > 0
+        assert lane.graphs.replays > replays
+        print(f"first clause beside a batch of 32 later clauses: {first_s * 1e3:.1f} ms "
+              f"(finished before the batch: {done_before_bulk})")
+    finally:
+        engine.close()

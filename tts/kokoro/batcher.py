@@ -2,7 +2,11 @@
 
 Requests are queued from any thread or event loop; one worker thread repeatedly takes everything
 pending (earliest deadline first, up to ``max_batch`` utterances) and runs ``KokoroModel.synthesize``
-on it, one batched forward per tick. Results go back through the caller's future: an asyncio future
+on it, one batched forward per tick. With a first-clause lane (``first_model``: the same weights under
+graphs of their own, ``KokoroModel.lane_view``) a second thread on a high-priority CUDA stream takes
+only streams' first clauses, so a caller waiting for the first audio does not wait for the main lane's
+tick of later clauses (runs 66-71: 130-225 ms a tick at 256 callers) before its own starts; while that
+lane is busy, the main lane takes first clauses too, as it does without one. Results go back through the caller's future: an asyncio future
 resolved on its own loop (:meth:`SynthesisBatcher.synthesize`) or a blocking wait
 (:meth:`SynthesisBatcher.synthesize_blocking`). A cancelled asyncio wait takes its request out of
 the queue; one already on the GPU finishes and its audio is dropped. No thread pool is involved, so
@@ -33,6 +37,7 @@ _ids = itertools.count()
 logger = logging.getLogger(__name__)
 FIRST_CLAUSE_SLACK_S = 0.005  # a ticket due within this of its queueing is a first clause
 TIMINGS_KEPT = 8192  # queue waits and tick times kept between two drain_timings calls
+FIRST_LANE_PRIORITY = -5  # the first-clause lane's CUDA stream priority (out-of-range values map to the highest)
 
 
 @dataclass(order=True)
@@ -62,11 +67,33 @@ class BatcherStats:
     max_batch: int = 0
     batch_sizes: Counter = field(default_factory=Counter)
     oom_splits: int = 0  # batches split in halves because the device ran out of memory
+    first_lane_ticks: int = 0  # ticks of the first-clause lane (included in ticks)
+    first_lane_utterances: int = 0
+
+
+@dataclass
+class _Lane:
+    """A worker thread's model (its graphs) and what it may take."""
+
+    name: str
+    model: KokoroModel
+    max_batch: int
+    firsts_only: bool  # the first-clause lane: streams' first clauses only
+    priority: int  # its CUDA stream's priority (lower is sooner)
+    max_ids: int = 0  # the first-clause lane: the longest clause (phoneme ids) its graphs hold; 0: any
+    in_flight: int = 0
+
+    def holds(self, ticket: Ticket) -> bool:
+        """Whether this lane serves ``ticket``."""
+        if not self.firsts_only:
+            return True
+        return ticket.first and (not self.max_ids or len(ticket.utterance.ids) <= self.max_ids)
 
 
 class SynthesisBatcher:
     def __init__(self, model: KokoroModel, max_batch: int = 64, max_batch_phonemes: int = 0, frame_bucket: int = 8,
-                 urgent_s: float | None = 0.5, name: str = "kokoro-batcher"):
+                 urgent_s: float | None = 0.5, name: str = "kokoro-batcher", first_model: KokoroModel | None = None,
+                 first_max_batch: int = 16, first_max_ids: int = 0):
         self.model = model
         self.max_batch = max(1, int(max_batch))
         # Requests due within urgent_s go first, without the ones that can wait and are longer: a first clause
@@ -79,14 +106,24 @@ class SynthesisBatcher:
         self.stats = BatcherStats()
         self._cond = threading.Condition()
         self._queue: list[Ticket] = []
-        self._in_flight = 0
+        self._lanes = [_Lane("main", model, self.max_batch, firsts_only=False, priority=0)]
+        if first_model is not None:
+            self._lanes.append(_Lane("first", first_model, max(1, int(first_max_batch)), firsts_only=True,
+                                     priority=FIRST_LANE_PRIORITY, max_ids=int(first_max_ids)))
         self._holds = 0
         # first clauses' queue waits and each tick's time (s), for the engine's load line (``drain_timings``)
         self._first_waits: deque[float] = deque(maxlen=TIMINGS_KEPT)
         self._tick_s: deque[float] = deque(maxlen=TIMINGS_KEPT)
         self._closed = False
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._loop, args=(lane,), name=f"{name}-{lane.name}", daemon=True)
+                         for lane in self._lanes]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def first_lane(self) -> bool:
+        """Whether a lane of its own serves streams' first clauses."""
+        return len(self._lanes) > 1
 
     # ------------------------------------------------------------------ queue
     def submit(self, utterance: Utterance, done: Done, deadline: float | None = None) -> Ticket:
@@ -97,7 +134,7 @@ class SynthesisBatcher:
             if self._closed:
                 raise RuntimeError("the synthesis batcher is closed")
             self._queue.append(ticket)
-            self._cond.notify()
+            self._cond.notify_all()
         return ticket
 
     def cancel(self, ticket: Ticket) -> bool:
@@ -128,7 +165,7 @@ class SynthesisBatcher:
     @property
     def in_flight(self) -> int:
         with self._cond:
-            return self._in_flight
+            return sum(lane.in_flight for lane in self._lanes)
 
     def enqueue(self, utterance: Utterance, deadline: float | None = None) -> Request:
         """Queue ``utterance`` for a future of the running event loop (resolved on that loop)."""
@@ -169,33 +206,44 @@ class SynthesisBatcher:
         finally:
             with self._cond:
                 self._holds -= 1
-                self._cond.notify()
+                self._cond.notify_all()
 
     def close(self, timeout: float = 5.0) -> None:
         with self._cond:
             self._closed = True
             queued, self._queue = self._queue, []
-            self._cond.notify()
+            self._cond.notify_all()
         for ticket in queued:
             ticket.done(None, RuntimeError("the synthesis batcher closed"))
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout)
 
     # ------------------------------------------------------------------ worker
-    def _take(self) -> list[Ticket]:
+    def _candidates(self, lane: _Lane) -> list[Ticket]:
+        """What ``lane`` would take now, in order (the queue sorted by deadline): the first-clause lane takes first
+        clauses only; the main lane leaves them to it while it is free, and otherwise serves the queue as a lone lane
+        does (requests due within ``urgent_s`` first, with the waiting ones no longer than the longest of them)."""
         self._queue.sort()
-        candidates = self._queue
+        if lane.firsts_only:
+            return [t for t in self._queue if lane.holds(t)]
+        queue = self._queue
+        free = [other for other in self._lanes if other.firsts_only and not other.in_flight]
+        if free:
+            queue = [t for t in queue if not free[0].holds(t)]
         if self.urgent_s is not None:
             due = time.monotonic() + self.urgent_s
-            urgent = [t for t in self._queue if t.deadline <= due]  # a prefix: the queue is deadline-sorted
+            urgent = [t for t in queue if t.deadline <= due]  # a prefix: the queue is deadline-sorted
             if urgent:
                 longest = max(len(t.utterance.ids) for t in urgent)
-                riders = [t for t in self._queue[len(urgent):] if len(t.utterance.ids) <= longest]
-                candidates = urgent + riders
+                return urgent + [t for t in queue[len(urgent):] if len(t.utterance.ids) <= longest]
+        return queue
+
+    def _take(self, lane: _Lane) -> list[Ticket]:
         batch, ids = [], 0
-        for ticket in candidates:
+        for ticket in self._candidates(lane):
             n = len(ticket.utterance.ids)
-            if batch and (len(batch) >= self.max_batch or (self.max_batch_phonemes and ids + n > self.max_batch_phonemes)):
+            if batch and (len(batch) >= lane.max_batch or (self.max_batch_phonemes and ids + n > self.max_batch_phonemes)):
                 break
             batch.append(ticket)
             ids += n
@@ -203,60 +251,71 @@ class SynthesisBatcher:
         self._queue[:] = [t for t in self._queue if id(t) not in taken]
         return batch
 
-    def _loop(self) -> None:
+    def _loop(self, lane: _Lane) -> None:
         # Its own CUDA stream: on the legacy default stream every batch would also serialize with what other
-        # threads of the process launch there (the engine process's Parakeet ticks). None on the CPU: no-op.
-        dev = self.model.device
-        with torch.cuda.stream(torch.cuda.Stream(dev) if dev.type == "cuda" else None):
-            self._serve()
+        # threads of the process launch there (the engine process's Parakeet ticks); the first-clause lane's at a
+        # higher priority, so its kernels are scheduled ahead of the main lane's. None on the CPU: no-op.
+        dev = lane.model.device
+        stream = torch.cuda.Stream(dev, priority=lane.priority) if dev.type == "cuda" else None
+        with torch.cuda.stream(stream):
+            self._serve(lane)
 
-    def _synthesize(self, batch: list) -> list[tuple[Any, BaseException | None]]:
+    def _synthesize(self, batch: list, model: KokoroModel | None = None) -> list[tuple[Any, BaseException | None]]:
         """(audio, error) per ticket. A batch the device has no memory for is split in halves and each half tried
         again (run 57: an eager batch of 64 past the captured buckets ran out of Kokoro's share at the start of a
         128-caller level and failed all 64 callers' clauses); any other failure fails this tick's callers only."""
+        model = model or self.model
         try:
-            result = self.model.synthesize([t.utterance for t in batch], frame_bucket=self.frame_bucket)
+            result = model.synthesize([t.utterance for t in batch], frame_bucket=self.frame_bucket)
         except torch.OutOfMemoryError as exc:
             if len(batch) == 1:
                 logger.error(f"kokoro: one clause does not fit the device's memory: {exc}")
                 return [(None, exc)]
-            if self.model.device.type == "cuda":
+            if model.device.type == "cuda":
                 torch.cuda.empty_cache()
-            self.stats.oom_splits += 1
+            with self._cond:
+                self.stats.oom_splits += 1
             half = len(batch) // 2
             logger.warning(f"kokoro: a batch of {len(batch)} ran out of device memory; split in {half} + "
                            f"{len(batch) - half}")
-            return self._synthesize(batch[:half]) + self._synthesize(batch[half:])
+            return self._synthesize(batch[:half], model) + self._synthesize(batch[half:], model)
         except Exception as exc:  # fail this tick's callers, keep serving the others
             logger.exception(f"kokoro batch of {len(batch)} failed")
             return [(None, exc)] * len(batch)
-        self.stats.audio_s += sum(len(a) for a in result.audio) / self.model.sample_rate
+        audio_s = sum(len(a) for a in result.audio) / model.sample_rate
+        with self._cond:
+            self.stats.audio_s += audio_s
         return [(audio, None) for audio in result.audio]
 
-    def _serve(self) -> None:
+    def _serve(self, lane: _Lane) -> None:
         while True:
             with self._cond:
-                while not self._closed and (not self._queue or self._holds):
+                while not self._closed and (self._holds or not self._candidates(lane)):
                     self._cond.wait()
                 if self._closed:
                     return
-                batch = self._take()
-                self._in_flight = len(batch)
+                batch = self._take(lane)
+                lane.in_flight = len(batch)
                 taken = time.monotonic()
                 self._first_waits.extend(taken - t.queued_at for t in batch if t.first)
+                self._cond.notify_all()  # the other lane's share of the queue may have changed
             start = time.perf_counter()
-            outcomes = self._synthesize(batch)
+            outcomes = self._synthesize(batch, lane.model)
             elapsed = time.perf_counter() - start
-            self.stats.busy_s += elapsed
             with self._cond:
+                stats = self.stats
+                stats.busy_s += elapsed
                 self._tick_s.append(elapsed)
-            self.stats.ticks += 1
-            self.stats.utterances += len(batch)
-            self.stats.last_batch = len(batch)
-            self.stats.max_batch = max(self.stats.max_batch, len(batch))
-            self.stats.batch_sizes[len(batch)] += 1
-            with self._cond:
-                self._in_flight = 0
+                stats.ticks += 1
+                stats.utterances += len(batch)
+                if lane.firsts_only:
+                    stats.first_lane_ticks += 1
+                    stats.first_lane_utterances += len(batch)
+                stats.last_batch = len(batch)
+                stats.max_batch = max(stats.max_batch, len(batch))
+                stats.batch_sizes[len(batch)] += 1
+                lane.in_flight = 0
+                self._cond.notify_all()
             for ticket, (audio, error) in zip(batch, outcomes, strict=True):
                 try:
                     ticket.done(audio, error)

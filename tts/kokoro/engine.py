@@ -120,8 +120,12 @@ class KokoroEngine:
         if opts.compile:
             self.model.set_compiled(True, opts.compile_mode or None)
         self.g2p = make_g2p(opts.g2p, opts.language)
+        # the first-clause lane's view of the weights (its own graphs, captured at warm-up), or None
+        self.first_model = self.model.lane_view() if opts.first_lane else None
         self.batcher = SynthesisBatcher(self.model, opts.max_batch, opts.max_batch_phonemes, opts.frame_bucket,
-                                        urgent_s=opts.urgent_s if opts.urgent_s >= 0 else None)
+                                        urgent_s=opts.urgent_s if opts.urgent_s >= 0 else None,
+                                        first_model=self.first_model, first_max_batch=opts.first_lane_max_batch,
+                                        first_max_ids=opts.first_lane_max_tokens - 2)
         self.memory = MemoryReport(str(self.device), self.model.parameter_bytes())
         if opts.warmup:
             self.warmup()
@@ -215,6 +219,8 @@ class KokoroEngine:
                     self.model.enable_text_graphs(self.options.max_batch, max_tokens=self.options.graph_max_tokens,
                                                   max_cells=self.options.graph_max_token_cells,
                                                   plan=self.options.graph_plan)
+                if self.first_model is not None:  # the first-clause lane's own, smaller buckets
+                    self._capture_first_lane()
         with self.batcher.held():
             requests = [self.batcher.submit_future(self.utterance(longest.ids, seed=i)) for i in range(n)]
         audio_s = sum(len(r.future.result()) for r in requests) / self.sample_rate
@@ -229,6 +235,16 @@ class KokoroEngine:
         if self.model.compiled:
             compile_cache.save("kokoro")
         return report
+
+    def _capture_first_lane(self) -> None:
+        o, lane = self.options, self.first_model
+        assert lane is not None
+        batch = o.first_lane_max_batch
+        lane.enable_decoder_graphs(batch, max_frames=o.first_lane_max_frames, max_cells=batch * o.first_lane_max_frames,
+                                   plan=o.graph_plan)
+        if o.text_graphs:
+            lane.enable_text_graphs(batch, max_tokens=o.first_lane_max_tokens, max_cells=batch * o.first_lane_max_tokens,
+                                    plan=o.graph_plan)
 
     def close(self) -> None:
         self.batcher.close()

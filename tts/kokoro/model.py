@@ -11,6 +11,7 @@ The text side (ALBERT, encoders, LSTMs, prosody) runs in float32 (or float64); `
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import dataclass
@@ -141,6 +142,15 @@ class KokoroModel(nn.Module):
         graphs.capture_all()
         self.text_graphs = graphs
         return graphs
+
+    def lane_view(self) -> KokoroModel:
+        """This model's weights (shared, not copied) under graphs of their own: a second batcher lane
+        (``SynthesisBatcher(first_model=...)``) replays its own buckets while this model's replay theirs."""
+        view = copy.copy(self)  # a new instance dict; the modules, parameters and buffers are this model's
+        view.graphs = None
+        view.text_graphs = None
+        view.phase_s = dict.fromkeys(self.phase_s, 0.0)
+        return view
 
     def parameter_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.parameters())
