@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import json
 import logging
 import os
@@ -422,6 +423,10 @@ def main() -> None:
     p.add_argument("--batch-iters", type=int, default=3)
     p.add_argument("--max-batch", type=int, default=64)
     p.add_argument("--urgent-s", type=float, default=0.5, help="KokoroOptions.urgent_s (-1: plain EDF over all)")
+    p.add_argument("--first-lane", action=argparse.BooleanOptionalAction, default=False,
+                   help="KokoroOptions.first_lane: streams' first clauses on a worker, stream and graphs of their own")
+    p.add_argument("--hang-s", type=float, default=0.0,
+                   help="if a phase or level runs this long, print every thread's stack and exit (0: never)")
     p.add_argument("--g2p", default="auto", help="espeak | none (letters: load test only) | auto")
     p.add_argument("--tiny", action="store_true", help="tiny configuration (CPU smoke runs)")
     p.add_argument("--single-n", type=int, default=50)
@@ -460,7 +465,8 @@ def main() -> None:
                                         tiny=args.tiny, warmup=True, urgent_s=args.urgent_s,
                                         compile=args.compile, compile_mode=args.compile_mode,
                                         cuda_graphs=args.cuda_graphs, text_graphs=args.text_graphs,
-                                        graph_plan=args.graph_plan, cudnn_benchmark=args.cudnn_benchmark))
+                                        graph_plan=args.graph_plan, cudnn_benchmark=args.cudnn_benchmark,
+                                        first_lane=args.first_lane))
     setup_s = time.perf_counter() - t0
     print(f"engine on {engine.device} ({engine.decoder_dtype}, {'compiled' if args.compile else 'eager'}) in "
           f"{setup_s:.1f} s (warm-up {engine.memory.warmup_s:.1f} s, {compiled_graphs()} compiled graphs); memory "
@@ -485,6 +491,8 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
 
     def save() -> None:  # after every phase and level: a run cut short keeps what it measured
+        if args.hang_s > 0:  # the watchdog restarts at every phase and level
+            faulthandler.dump_traceback_later(args.hang_s, exit=True)
         ok = [r["streams"] for r in result.get("ramp", []) if r["ok"]]
         result["max_streams_ok"] = max(ok) if ok else 0
         result["compiled_graphs"] = compiled_graphs()
