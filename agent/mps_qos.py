@@ -8,7 +8,9 @@ the LLM's and Parakeet's. Two levers MPS reads from a client's environment when 
 - ``CUDA_MPS_CLIENT_PRIORITY``: ``gpu.mps_<stage>_priority``, 0 (normal) or 1 (below normal): a below-normal
   client's work is scheduled after normal clients' work;
 - ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``: ``gpu.mps_<stage>_sm_percent``, 1-100 (0: no cap): the share of the SMs
-  the client's kernels may occupy.
+  the client's kernels may occupy. Run 72 (H100, transformers 5.17, torch 2.11): ``gpu.mps_llm_sm_percent = 60``
+  broke the transformers server: its first completion sampled from NaN probabilities while the server captured its
+  CUDA graph (a device-side assert), and the start was refused. Do not cap the LLM server's SMs with that server.
 
 Stages: ``llm`` (the LLM server and its replicas), ``asr`` and ``tts`` (the engine processes; an engine hosting
 both takes ``tts``'s). Without MPS the variables are ignored. All 0 (the default): children inherit the

@@ -16,7 +16,7 @@ OUT=${OUT:-/tmp/tts-plan-out}
 source bench/device_preamble.sh
 ARMS=${ARMS:-"--graph-plan fewest|--graph-plan cost|--graph-plan cost --cudnn-benchmark"}
 if [ "${KOKORO_TEST:-0}" = 1 ]; then
-  timeout 200 python3 -m pytest -q -s -rs -p no:cacheprovider -o faulthandler_timeout=90 tests/gpu/test_kokoro_cuda.py \
+  timeout 200 python3 -m pytest -q -s -rs -p no:cacheprovider tests/gpu/test_kokoro_cuda.py \
     -k "${PYTEST_K:-cost_plan}" > "$OUT/pytest.log" 2>&1
   say "pytest rc=$?: $(tail -1 "$OUT/pytest.log")"
   grep -E "cost plan|graphs vs eager|first clause|FAILED|Error|Timeout|Thread|File" "$OUT/pytest.log" | cut -c1-300 | tee -a "$OUT/summary.txt"

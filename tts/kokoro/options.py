@@ -25,7 +25,9 @@ class KokoroOptions:
     # A second worker thread on a high-priority CUDA stream for streams' first clauses only, with graphs of its own
     # (batch <= first_lane_max_batch, clauses <= first_lane_max_frames): a caller's first clause no longer waits
     # for the main lane's tick of later clauses before its own starts (runs 66-71 at 256 callers: 130-225 ms a
-    # tick, first-clause wait p50 157-240 ms). While it is busy the main lane takes first clauses too.
+    # tick, first-clause wait p50 157-240 ms). While it is busy the main lane takes first clauses too. Off: at
+    # a23f9c7/cb4ad90 the two lanes' graphs shared cuBLAS's workspace and hung the GPU (runs 73-74); each graph set is
+    # now captured on a stream of its own, not yet measured on a GPU.
     first_lane: bool = False
     first_lane_max_batch: int = 16
     first_lane_max_frames: int = 256  # alignment frames (25 ms): a first clause of up to 12 words fits

@@ -61,6 +61,10 @@ class TextGraphs(TimedBuckets):
         self.sizes = bucket_sizes(max_batch, token_step, max_tokens, max_cells)
         self._buckets: dict[tuple[int, int], _Bucket] = {}
         self._pool = torch.cuda.graph_pool_handle()
+        # Captured on a stream of this set's own: cuBLAS's workspace is cached per (handle, stream) and baked into
+        # the captured GEMMs (pytorch#193402), so two sets captured on torch's one default capture stream share it,
+        # and replaying them at once from two threads (the first-clause lane beside the main lane) hung the GPU.
+        self._capture_stream = torch.cuda.Stream(self.device)
         self._lock = threading.Lock()
         self.replays = 0
         self.fallbacks = 0  # batches with rows outside every bucket (run eagerly)
@@ -87,7 +91,7 @@ class TextGraphs(TimedBuckets):
                 self._body(k)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+        with torch.cuda.graph(graph, pool=self._pool, stream=self._capture_stream, capture_error_mode="thread_local"):
             k.out = self._body(k)
         k.graph = graph
         self._buckets[(b, t)] = k
