@@ -80,6 +80,10 @@ class ServerConfig:
     asr_engine_socket: str = ""  # set by the parent: the ASR engine process's socket
     engine_log: str = ""  # the engine process's output (empty: this process's stderr)
     engine_report_s: float = 0.0  # the engine logs its CPU share, loop lag and batcher load this often (0: never)
+    # A batcher tick (Kokoro's, streaming Parakeet's) unfinished after this long means the GPU stopped finishing work
+    # (run 73: Kokoro's lanes hung it): the engine process logs every thread's stack and exits, and is restarted
+    # (agent/engine_watchdog.py). A tick takes milliseconds to about a second. 0: never.
+    engine_stall_exit_s: float = 30.0
 
     @property
     def engine_sockets(self) -> list[str]:

@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from agent.engine_watchdog import hosted_batchers, watch_ticks
 from transports.engine_link import WireError, encode, read_message
 from tts.engines import TTSEngine, create_engine
 from tts.options import TTSConfig
@@ -343,7 +344,7 @@ async def report_load(server: EngineServer, every_s: float, tick_s: float = 0.05
 
 
 async def serve(spec: dict[str, Any], path: str, memory_fraction: float = 0.0, device: int = 0,
-                switch_interval_ms: float = 0.0, report_s: float = 0.0) -> None:
+                switch_interval_ms: float = 0.0, report_s: float = 0.0, stall_exit_s: float = 0.0) -> None:
     """Load and warm the engines, serve until SIGTERM/SIGINT, then clean up."""
     if switch_interval_ms > 0:  # the batcher threads hand the GIL back sooner (agent.runtime's reasoning)
         sys.setswitchinterval(switch_interval_ms / 1000.0)
@@ -378,11 +379,14 @@ async def serve(spec: dict[str, Any], path: str, memory_fraction: float = 0.0, d
         log.info("engine ready: %s on %s in %.1f s (pid %d)", " ".join(hosted) or "nothing", path,
                  time.monotonic() - t0, os.getpid())
         reporter = asyncio.create_task(report_load(server, report_s)) if report_s > 0 else None
+        batchers = hosted_batchers(engine, asr)
+        watchdog = asyncio.create_task(watch_ticks(batchers, stall_exit_s)) if stall_exit_s > 0 and batchers else None
         try:
             await stop.wait()
         finally:
-            if reporter is not None:
-                reporter.cancel()
+            for task in (reporter, watchdog):
+                if task is not None:
+                    task.cancel()
             await server.close()
     finally:
         close = getattr(engine, "close", None) if engine is not None else None
@@ -399,13 +403,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--switch-interval-ms", type=float, default=0.0, help="GIL switch interval (0: Python's)")
     parser.add_argument("--report-s", type=float, default=0.0,
                         help="log CPU share, loop lag and batcher activity every this many seconds (0: never)")
+    parser.add_argument("--stall-exit-s", type=float, default=0.0,
+                        help="exit (code 75) when a batcher's tick has run this long: a hung GPU (0: never)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s engine %(levelname)s %(message)s")
     try:
         spec = json.loads(args.spec)
     except ValueError as exc:
         parser.error(f"--spec is not JSON: {exc}")
-    asyncio.run(serve(spec, args.socket, args.memory_fraction, args.device, args.switch_interval_ms, args.report_s))
+    asyncio.run(serve(spec, args.socket, args.memory_fraction, args.device, args.switch_interval_ms, args.report_s,
+                      args.stall_exit_s))
     return 0
 
 

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -126,6 +127,12 @@ class StreamBatcher:
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
+        self._tick_started = 0.0  # monotonic seconds when the unfinished tick began (0: none running)
+
+    def stalled_s(self) -> float:
+        """How long the unfinished tick has run, in seconds (0: none): the engine's watchdog reads it."""
+        started = self._tick_started
+        return time.monotonic() - started if started else 0.0
 
     # ------------------------------------------------------------------ sessions
     def open(self, on_partial: PartialCallback | None = None) -> StreamSession:
@@ -228,6 +235,7 @@ class StreamBatcher:
         loop = asyncio.get_running_loop()
         start = loop.time()
         slots = [self._slot(req.session) for _, req in work] if self.use_carry_bank else None
+        self._tick_started = time.monotonic()
         try:
             decoded = await asyncio.to_thread(self._process_on_stream, [req for _, req in work], slots) if work else []
         except Exception as exc:  # fail this tick's waiters, keep serving others
@@ -238,6 +246,7 @@ class StreamBatcher:
                         fut.set_exception(exc)
             return
         finally:
+            self._tick_started = 0.0
             for _, req in work:  # sessions closed during the tick give their bank row back
                 if req.session.id not in self._listeners and req.session.id in self._slots:
                     self._free_slots.append(self._slots.pop(req.session.id))

@@ -82,6 +82,7 @@ class _Lane:
     priority: int  # its CUDA stream's priority (lower is sooner)
     max_ids: int = 0  # the first-clause lane: the longest clause (phoneme ids) its graphs hold; 0: any
     in_flight: int = 0
+    started: float = 0.0  # monotonic seconds when its unfinished tick began (0: idle)
 
     def holds(self, ticket: Ticket) -> bool:
         """Whether this lane serves ``ticket``."""
@@ -166,6 +167,13 @@ class SynthesisBatcher:
     def in_flight(self) -> int:
         with self._cond:
             return sum(lane.in_flight for lane in self._lanes)
+
+    def stalled_s(self) -> float:
+        """How long the oldest unfinished tick has run, in seconds (0: no tick running): the engine's watchdog
+        (``agent.engine_watchdog``) stops a process whose GPU stopped finishing work."""
+        with self._cond:
+            started = [lane.started for lane in self._lanes if lane.started]
+        return time.monotonic() - min(started) if started else 0.0
 
     def enqueue(self, utterance: Utterance, deadline: float | None = None) -> Request:
         """Queue ``utterance`` for a future of the running event loop (resolved on that loop)."""
@@ -296,7 +304,7 @@ class SynthesisBatcher:
                     return
                 batch = self._take(lane)
                 lane.in_flight = len(batch)
-                taken = time.monotonic()
+                taken = lane.started = time.monotonic()
                 self._first_waits.extend(taken - t.queued_at for t in batch if t.first)
                 self._cond.notify_all()  # the other lane's share of the queue may have changed
             start = time.perf_counter()
@@ -315,6 +323,7 @@ class SynthesisBatcher:
                 stats.max_batch = max(stats.max_batch, len(batch))
                 stats.batch_sizes[len(batch)] += 1
                 lane.in_flight = 0
+                lane.started = 0.0
                 self._cond.notify_all()
             for ticket, (audio, error) in zip(batch, outcomes, strict=True):
                 try:
