@@ -425,6 +425,8 @@ def main() -> None:
     p.add_argument("--urgent-s", type=float, default=0.5, help="KokoroOptions.urgent_s (-1: plain EDF over all)")
     p.add_argument("--first-lane", action=argparse.BooleanOptionalAction, default=False,
                    help="KokoroOptions.first_lane: streams' first clauses on a worker, stream and graphs of their own")
+    p.add_argument("--work-ahead-phonemes", type=int, default=0,
+                   help="KokoroOptions.work_ahead_phonemes: a tick with nothing due soon stops at this many ids")
     p.add_argument("--hang-s", type=float, default=0.0,
                    help="if a phase or level runs this long, print every thread's stack and exit (0: never)")
     p.add_argument("--g2p", default="auto", help="espeak | none (letters: load test only) | auto")
@@ -466,7 +468,7 @@ def main() -> None:
                                         compile=args.compile, compile_mode=args.compile_mode,
                                         cuda_graphs=args.cuda_graphs, text_graphs=args.text_graphs,
                                         graph_plan=args.graph_plan, cudnn_benchmark=args.cudnn_benchmark,
-                                        first_lane=args.first_lane))
+                                        first_lane=args.first_lane, work_ahead_phonemes=args.work_ahead_phonemes))
     setup_s = time.perf_counter() - t0
     print(f"engine on {engine.device} ({engine.decoder_dtype}, {'compiled' if args.compile else 'eager'}) in "
           f"{setup_s:.1f} s (warm-up {engine.memory.warmup_s:.1f} s, {compiled_graphs()} compiled graphs); memory "

@@ -23,3 +23,4 @@ class TTSConfig:
     kokoro_graph_plan: str = "cost"  # with kokoro_cuda_graphs: cost (least timed replays per batch) | fewest
     # A lane of its own (thread, high-priority CUDA stream, graphs) for streams' first clauses (KokoroOptions.first_lane)
     kokoro_first_lane: bool = False
+    kokoro_work_ahead_phonemes: int = 0  # a tick with nothing due soon stops at this many phoneme ids (0: no cap)

@@ -90,6 +90,28 @@ async def test_urgent_requests_go_first_without_longer_waiting_ones(engine):
     assert engine.batcher.stats.ticks == ticks + 2 and engine.batcher.stats.last_batch == 1
 
 
+async def test_work_ahead_ticks_stop_at_their_phoneme_cap(engine):
+    import time
+
+    ids = engine.phoneme_ids("One moment please.")
+    batcher = engine.batcher
+    batcher.work_ahead_phonemes = 2 * len(ids)
+    try:
+        ticks = batcher.stats.ticks
+        with batcher.held():  # five later clauses, nobody waiting: the GPU works ahead two clauses a tick
+            later = [batcher.enqueue(engine.utterance(ids), deadline=time.monotonic() + 30) for _ in range(5)]
+        for request in later:
+            await request.future
+        assert batcher.stats.ticks == ticks + 3 and batcher.stats.last_batch == 1  # 2 + 2 + 1
+        with batcher.held():  # due now: first clauses are not capped
+            firsts = [batcher.enqueue(engine.utterance(ids)) for _ in range(5)]
+        for request in firsts:
+            await request.future
+        assert batcher.stats.ticks == ticks + 4 and batcher.stats.last_batch == 5
+    finally:
+        batcher.work_ahead_phonemes = 0
+
+
 async def test_batched_audio_equals_alone(engine):
     ids = [engine.phoneme_ids(t) for t in ("Good morning.", "Thanks for waiting, one moment please.")]
     alone = [await engine.batcher.synthesize(engine.utterance(i, seed=9)) for i in ids]

@@ -125,7 +125,8 @@ class KokoroEngine:
         self.batcher = SynthesisBatcher(self.model, opts.max_batch, opts.max_batch_phonemes, opts.frame_bucket,
                                         urgent_s=opts.urgent_s if opts.urgent_s >= 0 else None,
                                         first_model=self.first_model, first_max_batch=opts.first_lane_max_batch,
-                                        first_max_ids=opts.first_lane_max_tokens - 2)
+                                        first_max_ids=opts.first_lane_max_tokens - 2,
+                                        work_ahead_phonemes=opts.work_ahead_phonemes)
         self.memory = MemoryReport(str(self.device), self.model.parameter_bytes())
         if opts.warmup:
             self.warmup()

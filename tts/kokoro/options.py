@@ -32,6 +32,10 @@ class KokoroOptions:
     first_lane_max_batch: int = 16
     first_lane_max_frames: int = 256  # alignment frames (25 ms): a first clause of up to 12 words fits
     first_lane_max_tokens: int = 128  # phoneme ids + 2 of its text graphs
+    # A tick that holds nothing due within urgent_s (working ahead on later clauses) stops at this many phoneme ids
+    # (0: no cap): a first clause arriving meanwhile waits for a short tick. Smaller ticks cost more GPU per clause
+    # (run 74's replay table: 16 rows of short clauses 1.2 ms a row, 64 rows 0.95), so it is off until measured.
+    work_ahead_phonemes: int = 0
     frame_bucket: int = 8  # padded frames rounded up to a multiple (fewer distinct shapes on the GPU)
     speed: float = 1.0
     g2p: str = "espeak"  # espeak (libespeak-ng, Debian's espeak-ng) | chars (letters; load tests only)
