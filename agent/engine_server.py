@@ -379,7 +379,7 @@ async def serve(spec: dict[str, Any], path: str, memory_fraction: float = 0.0, d
         log.info("engine ready: %s on %s in %.1f s (pid %d)", " ".join(hosted) or "nothing", path,
                  time.monotonic() - t0, os.getpid())
         reporter = asyncio.create_task(report_load(server, report_s)) if report_s > 0 else None
-        batchers = hosted_batchers(engine, asr)
+        batchers = hosted_batchers(engine, asr, turn)
         watchdog = asyncio.create_task(watch_ticks(batchers, stall_exit_s)) if stall_exit_s > 0 and batchers else None
         try:
             await stop.wait()

@@ -7,7 +7,7 @@ clauses, a cold shape), so one that has run for ``limit_s`` is a hang. The watch
 stalled and every thread's stack, and exits with :data:`STALL_EXIT_CODE`. ``agent.engine_process`` restarts a dead
 engine with backoff; the session processes fail over to the apology meanwhile.
 
-A batcher takes part by having ``stalled_s() -> float``: how long its oldest unfinished tick has run (0: idle).
+Kokoro's, streaming Parakeet's and smart-turn's batchers take part: a batcher takes part by having ``stalled_s() -> float``: how long its oldest unfinished tick has run (0: idle).
 """
 
 from __future__ import annotations
@@ -54,12 +54,14 @@ async def watch_ticks(batchers: Mapping[str, Any], limit_s: float, every_s: floa
         return
 
 
-def hosted_batchers(engine: Any, asr: Any) -> dict[str, Any]:
-    """The engine process's batchers that report stalls: Kokoro's, streaming Parakeet's."""
+def hosted_batchers(engine: Any, asr: Any, turn: Any = None) -> dict[str, Any]:
+    """The engine process's batchers that report stalls: Kokoro's, streaming Parakeet's, smart-turn's."""
     out: dict[str, Any] = {}
     batcher = getattr(engine, "batcher", None)
     if batcher is not None and hasattr(batcher, "stalled_s"):
         out[f"{getattr(engine, 'name', 'tts')} batcher"] = batcher
     if asr is not None and hasattr(asr, "stalled_s"):
         out["parakeet batcher"] = asr
+    if turn is not None and hasattr(turn, "stalled_s"):
+        out["smart-turn batcher"] = turn
     return out

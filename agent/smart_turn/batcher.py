@@ -56,6 +56,7 @@ class TurnBatcher:
         self._pending: list[tuple[np.ndarray, asyncio.Future]] = []  # (16 kHz audio, its probability)
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
+        self._batch_started = 0.0  # monotonic seconds when the batch being scored began (0: none)
         cuda = self.device.type == "cuda"
         self._staging = torch.zeros((max_batch, SAMPLES), dtype=torch.float32, pin_memory=cuda)
         self._dirty_rows = 0  # rows of the staging buffer past which it is all zeros
@@ -121,6 +122,7 @@ class TurnBatcher:
                     continue
                 n = len(batch)
                 t0 = time.perf_counter()
+                self._batch_started = time.monotonic()
                 try:
                     probs = await asyncio.to_thread(self.score, [a for a, _ in batch], bucket(n, self.max_batch))
                 except Exception as exc:  # every waiter of this batch hears why; the batcher goes on
@@ -129,12 +131,18 @@ class TurnBatcher:
                             f.set_exception(exc)
                     continue
                 finally:
+                    self._batch_started = 0.0
                     self.stats.busy_s += time.perf_counter() - t0
                 self.stats.batches += 1
                 self.stats.batch_sizes[n] = self.stats.batch_sizes.get(n, 0) + 1
                 for (_, f), p in zip(batch, probs[:n], strict=True):
                     if not f.done():
                         f.set_result(float(p))
+
+    def stalled_s(self) -> float:
+        """How long the batch being scored has run, in seconds (0: none): the engine's watchdog reads it."""
+        started = self._batch_started
+        return time.monotonic() - started if started else 0.0
 
     async def aclose(self) -> None:
         if self._task is not None:
