@@ -77,6 +77,7 @@ class PhoneTurn:
     audio_s: float
     wall_s: float  # first chunk arrival -> end of the last chunk's playout
     lateness_ms: tuple[float, ...]
+    prompt: str = ""  # the recorded prompt the caller spoke (bench/first_audio_by_prompt.py groups by it)
 
 
 def chunk_replies(chunks: list[tuple[float, float, bool]], marks: list[tuple[float, str]],
@@ -133,7 +134,8 @@ def phone_turns(record: PhoneCallRecord) -> list[PhoneTurn]:
         wall = (mine[-1][0] + mine[-1][1] - mine[0][0]) if mine else 0.0
         replies = len(ids) if ids else (1 if first is not None else 0)
         out.append(PhoneTurn(record.caller, eos, None if first is None else (first - eos) * 1000.0, replies,
-                             audio, wall, tuple(late[1:])))
+                             audio, wall, tuple(late[1:]),
+                             record.utterances[i] if i < len(record.utterances) else ""))
     return out
 
 
@@ -160,7 +162,8 @@ def judge_phone_level(concurrency: int, records: list[PhoneCallRecord], steady_f
         for t in turns:
             late.extend(t.lateness_ms)
             result.turn_details.append({
-                "caller": t.caller, "at_s": round(t.eos - steady_from, 2), "answered": t.first_audio_ms is not None,
+                "caller": t.caller, "prompt": t.prompt, "at_s": round(t.eos - steady_from, 2),
+                "answered": t.first_audio_ms is not None,
                 "replies": t.replies, "first_audio_ms": t.first_audio_ms, "audio_s": round(t.audio_s, 2),
                 "max_lateness_ms": max(t.lateness_ms, default=0.0)})
         if any(t.first_audio_ms is None for t in turns):

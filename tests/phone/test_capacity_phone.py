@@ -74,6 +74,10 @@ def test_two_phone_callers_against_a_real_server(tmp_path, phone_server):
                                                       for k, v in r.items()}))
               if start <= t.eos <= end]
     assert len(judged) == level["turns"] and all(t.first_audio_ms is not None for t in judged)
+    # each judged turn names the prompt the caller spoke (bench/first_audio_by_prompt.py groups by it)
+    spoken = {name for r in saved["callers"] for name in r["utterances"]}
+    assert all(t.prompt in spoken for t in judged)
+    assert sorted(d["prompt"] for d in level["turn_details"]) == sorted(t.prompt for t in judged)
 
 
 def test_prompt_pack_round_trip_and_end_of_speech(tmp_path):
