@@ -296,9 +296,12 @@ timeout "$CAP_T" "$PY" -m agent.cli capacity --config examples/gpu.toml --transp
 # Kokoro's load per 5 s over the levels (tick count, mean batch, busy, the first clauses' queue wait and the tick
 # times since 2c1eafa): what an A/B of the GPU's sharing reads without opening logs.tar.gz
 [ -f "$LOGS/engine.log" ] && grep "engine load" "$LOGS/engine.log" | grep "tts ticks" | grep -v "tts ticks 0 " \
-  | sed -E -e 's/^.*([0-9]{2}:[0-9]{2}:[0-9]{2})[,.][0-9]+ .*(tts ticks [^;]*).*(first-clause wait [^;]*).*/kokoro \1 \2; \3/;t' \
+  | sed -E -e 's/^.*([0-9]{2}:[0-9]{2}:[0-9]{2})[,.][0-9]+ .*(tts ticks [^;]*).*(first lane ticks [^;]*).*(first-clause wait [^;]*).*/kokoro \1 \2; \3; \4/;t' \
+      -e 's/^.*([0-9]{2}:[0-9]{2}:[0-9]{2})[,.][0-9]+ .*(tts ticks [^;]*).*(first-clause wait [^;]*).*/kokoro \1 \2; \3/;t' \
       -e 's/^.*([0-9]{2}:[0-9]{2}:[0-9]{2})[,.][0-9]+ .*(tts ticks [^;]*).*/kokoro \1 \2/' \
-  | cut -c1-260 | tee -a "$OUT/summary.txt"
+  | cut -c1-300 | tee -a "$OUT/summary.txt"
+# an engine the watchdog stopped (a batcher tick past server.engine_stall_exit_s: a hung GPU, agent/engine_watchdog.py)
+grep -h "a tick has run" "$LOGS"/engine*.log 2>/dev/null | cut -c1-300 | tee -a "$OUT/summary.txt"
 curl -s "http://127.0.0.1:$MPORT/metrics" > "$LOGS/metrics-final.txt"
 curl -s "http://127.0.0.1:$MPORT/health" > "$LOGS/health-final.json"
 curl -s "http://127.0.0.1:$PORT/phone/calls" > "$LOGS/phone-calls.json"
