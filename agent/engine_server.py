@@ -257,9 +257,13 @@ class EngineServer:
 
 
 def _phases(engine: Any) -> dict[str, float]:
-    """Kokoro's per-phase seconds (``KokoroModel.phase_s``) where the engine has them; else empty."""
+    """Kokoro's per-phase seconds (``KokoroModel.phase_s``, summed with the first-clause lane's) where the engine has
+    them; else empty."""
     model = getattr(getattr(engine, "batcher", None), "model", None)
-    return dict(getattr(model, "phase_s", None) or {})
+    out = dict(getattr(model, "phase_s", None) or {})
+    for key, seconds in (getattr(getattr(engine, "first_model", None), "phase_s", None) or {}).items():
+        out[key] = out.get(key, 0.0) + seconds
+    return out
 
 
 def _graph_counts(engine: Any) -> str:
