@@ -7,7 +7,8 @@ clauses, a cold shape), so one that has run for ``limit_s`` is a hang. The watch
 stalled and every thread's stack, and exits with :data:`STALL_EXIT_CODE`. ``agent.engine_process`` restarts a dead
 engine with backoff; the session processes fail over to the apology meanwhile.
 
-Kokoro's, streaming Parakeet's and smart-turn's batchers take part: a batcher takes part by having ``stalled_s() -> float``: how long its oldest unfinished tick has run (0: idle).
+Kokoro's, streaming Parakeet's and smart-turn's batchers take part, each through ``stalled_s() -> float``: how long
+its oldest unfinished tick has run (0: idle).
 """
 
 from __future__ import annotations

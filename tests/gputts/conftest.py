@@ -24,3 +24,30 @@ def engine() -> Iterator[object]:
                                      first_clause_words=3))
     yield eng
     eng.close()
+
+
+def engine_load_lines(engine, texts: list[str], caplog, tmp_path) -> tuple[list[str], list[int]]:
+    """The engine process's load lines (``report_load`` every 0.2 s) while ``texts`` stream through ``engine`` at once,
+    and how many audio pieces each text came back in."""
+    import asyncio
+    import contextlib
+    import logging
+
+    from agent.engine_server import EngineServer, _pieces, report_load
+
+    server = EngineServer(engine, tmp_path / "engine.sock")
+
+    async def one(text: str) -> int:
+        async with contextlib.aclosing(_pieces(engine, text, None, None)) as pieces:
+            return len([p async for p in pieces])
+
+    async def run() -> list[int]:
+        reporter = asyncio.create_task(report_load(server, every_s=0.2, tick_s=0.01))
+        counts = await asyncio.gather(*(one(t) for t in texts))
+        await asyncio.sleep(0.5)
+        reporter.cancel()
+        return counts
+
+    with caplog.at_level(logging.INFO, logger="cadence.engine"):
+        counts = asyncio.run(run())
+    return [r.getMessage() for r in caplog.records if "engine load" in r.getMessage()], counts

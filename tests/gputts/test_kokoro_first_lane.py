@@ -99,26 +99,14 @@ def test_lane_view_shares_weights_not_graphs():
 
 
 def test_the_load_report_counts_the_first_lanes_ticks_and_phases(lane_engine, caplog, tmp_path):
-    import asyncio
-    import contextlib
-    import logging
     import re
 
-    from agent.engine_server import EngineServer, _phases, _pieces, report_load
+    from agent.engine_server import _phases
+    from tests.gputts.conftest import engine_load_lines
 
-    server = EngineServer(lane_engine, tmp_path / "engine.sock")
     lane_phases = sum(lane_engine.first_model.phase_s.values())
-
-    async def run() -> None:
-        reporter = asyncio.create_task(report_load(server, every_s=0.2, tick_s=0.01))
-        async with contextlib.aclosing(_pieces(lane_engine, "Sure, I can help. Bye now.", None, None)) as pieces:
-            assert [p async for p in pieces]
-        await asyncio.sleep(0.5)
-        reporter.cancel()
-
-    with caplog.at_level(logging.INFO, logger="cadence.engine"):
-        asyncio.run(run())
-    lines = [r.getMessage() for r in caplog.records if "engine load" in r.getMessage()]
+    lines, pieces = engine_load_lines(lane_engine, ["Sure, I can help. Bye now."], caplog, tmp_path)
+    assert pieces[0], pieces
     lane = [re.search(r"first lane ticks (\d+) mean batch", m) for m in lines]
     assert sum(int(m.group(1)) for m in lane if m) >= 1, lines  # the stream's first clause took the first lane
     assert sum(lane_engine.first_model.phase_s.values()) > lane_phases

@@ -6,8 +6,8 @@ on it, one batched forward per tick. With a first-clause lane (``first_model``: 
 graphs of their own, ``KokoroModel.lane_view``) a second thread on a high-priority CUDA stream takes
 only streams' first clauses, so a caller waiting for the first audio does not wait for the main lane's
 tick of later clauses (runs 66-71: 130-225 ms a tick at 256 callers) before its own starts; while that
-lane is busy, the main lane takes first clauses too, as it does without one. Results go back through the caller's future: an asyncio future
-resolved on its own loop (:meth:`SynthesisBatcher.synthesize`) or a blocking wait
+lane is busy, the main lane takes first clauses too, as it does without one. Results go back through the
+caller's future: an asyncio future resolved on its own loop (:meth:`SynthesisBatcher.synthesize`) or a blocking wait
 (:meth:`SynthesisBatcher.synthesize_blocking`). A cancelled asyncio wait takes its request out of
 the queue; one already on the GPU finishes and its audio is dropped. No thread pool is involved, so
 hundreds of concurrent callers do not queue behind ``asyncio.to_thread``'s workers.
@@ -236,6 +236,19 @@ class SynthesisBatcher:
         """Due within ``urgent_s`` (a first clause, or a later one its listener is about to need)."""
         return ticket.first or (self.urgent_s is not None and ticket.deadline <= time.monotonic() + self.urgent_s)
 
+    def _free_first_lane(self) -> _Lane | None:
+        """The first-clause lane while it has no tick running; None without one or while it is busy."""
+        lane = self._lanes[-1]
+        return lane if lane.firsts_only and not lane.in_flight else None
+
+    def _has_work(self, lane: _Lane) -> bool:
+        """Whether ``lane`` would take something now: ``_candidates`` is not empty (without sorting the queue, on
+        every wake of every lane; with one lane, whether anything is queued)."""
+        if lane.firsts_only:
+            return any(lane.holds(t) for t in self._queue)
+        free = self._free_first_lane()
+        return any(not free.holds(t) for t in self._queue) if free is not None else bool(self._queue)
+
     def _candidates(self, lane: _Lane) -> list[Ticket]:
         """What ``lane`` would take now, in order (the queue sorted by deadline): the first-clause lane takes first
         clauses only; the main lane leaves them to it while it is free, and otherwise serves the queue as a lone lane
@@ -244,9 +257,9 @@ class SynthesisBatcher:
         if lane.firsts_only:
             return [t for t in self._queue if lane.holds(t)]
         queue = self._queue
-        free = [other for other in self._lanes if other.firsts_only and not other.in_flight]
-        if free:
-            queue = [t for t in queue if not free[0].holds(t)]
+        free = self._free_first_lane()
+        if free is not None:
+            queue = [t for t in queue if not free.holds(t)]
         if self.urgent_s is not None:
             due = time.monotonic() + self.urgent_s
             urgent = [t for t in queue if t.deadline <= due]  # a prefix: the queue is deadline-sorted
@@ -310,7 +323,7 @@ class SynthesisBatcher:
     def _serve(self, lane: _Lane) -> None:
         while True:
             with self._cond:
-                while not self._closed and (self._holds or not self._candidates(lane)):
+                while not self._closed and (self._holds or not self._has_work(lane)):
                     self._cond.wait()
                 if self._closed:
                     return

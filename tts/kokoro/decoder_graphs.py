@@ -25,9 +25,6 @@ eagerly.
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,8 +34,6 @@ from tts.kokoro.graph_buckets import TimedBuckets, bucket_sizes
 
 if TYPE_CHECKING:
     from tts.kokoro.model import KokoroModel
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -58,32 +53,20 @@ class _Bucket:
 class DecoderGraphs(TimedBuckets):
     """CUDA graphs of ``model.acoustic_pass`` per bucket (see the module docstring)."""
 
+    _buckets: dict[tuple[int, int], _Bucket]
+
     side = "acoustic"
 
     def __init__(self, model: KokoroModel, max_batch: int = 64, frame_step: int = 32, max_frames: int = 512,
                  max_cells: int = 64 * 192, plan: str = "cost"):
         self.model = model
-        self.init_plan(plan)
-        self.device = model.device
-        if self.device.type != "cuda":
-            raise ValueError("decoder CUDA graphs need the model on a CUDA device")
+        self.init_graphs(model.device, plan)
         self.dtype = model.decoder_dtype
         self.text_dtype = model.bert_encoder.weight.dtype
         self.work = torch.promote_types(self.text_dtype, torch.float32)
         self.channels, self.style_dim = int(model.config["hidden_dim"]), model.style_dim
         self.spf = model.samples_per_frame
         self.sizes = bucket_sizes(max_batch, frame_step, max_frames, max_cells)
-        self._buckets: dict[tuple[int, int], _Bucket] = {}
-        self._pool = torch.cuda.graph_pool_handle()
-        # Captured on a stream of this set's own: cuBLAS's workspace is cached per (handle, stream) and baked into
-        # the captured GEMMs (pytorch#193402), so two sets captured on torch's one default capture stream share it,
-        # and replaying them at once from two threads (the first-clause lane beside the main lane) hung the GPU.
-        self._capture_stream = torch.cuda.Stream(self.device)
-        self._lock = threading.Lock()
-        self.replays = 0
-        self.fallbacks = 0  # batches with rows outside every bucket (run eagerly)
-        self.split_batches = 0  # batches replayed in more than one group of rows
-        self.capture_s = 0.0
 
     # ------------------------------------------------------------------ capture
     def _buffers(self, b: int, f: int) -> _Bucket:
@@ -99,36 +82,10 @@ class DecoderGraphs(TimedBuckets):
 
     @torch.inference_mode()
     def capture(self, b: int, f: int) -> None:
-        """Warm the bucket's shapes up on a side stream (cuDNN and cuFFT plans, compiled kernels), then capture."""
+        """Capture the bucket of ``b`` rows of ``f`` frames (``capture_graph``)."""
         k = self._buffers(b, f)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self._body(k)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, stream=self._capture_stream, capture_error_mode="thread_local"):
-            k.audio = self._body(k)
-        k.graph = graph
+        k.graph, k.audio = self.capture_graph(lambda: self._body(k))
         self._buckets[(b, f)] = k
-
-    def capture_all(self) -> None:
-        """Capture every bucket, largest first (the shared pool is sized by the first)."""
-        t0 = time.perf_counter()
-        with self._lock:
-            for b, f in sorted(self.sizes, key=lambda s: -s[0] * s[1]):
-                if (b, f) not in self._buckets:
-                    self.capture(b, f)
-        torch.cuda.synchronize(self.device)
-        self.capture_s += time.perf_counter() - t0
-        log.info("kokoro acoustic side: %d CUDA graphs captured in %.1f s", len(self._buckets), self.capture_s)
-        if self.plan_mode == "cost":
-            self.time_replays()
-
-    @property
-    def captured(self) -> int:
-        return len(self._buckets)
 
     # ------------------------------------------------------------------ replay
     @torch.inference_mode()

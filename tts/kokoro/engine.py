@@ -241,11 +241,10 @@ class KokoroEngine:
         o, lane = self.options, self.first_model
         assert lane is not None
         batch = o.first_lane_max_batch
-        lane.enable_decoder_graphs(batch, max_frames=o.first_lane_max_frames, max_cells=batch * o.first_lane_max_frames,
-                                   plan=o.graph_plan)
+        frames, tokens = o.first_lane_max_frames, o.first_lane_max_tokens
+        lane.enable_decoder_graphs(batch, max_frames=frames, max_cells=batch * frames, plan=o.graph_plan)
         if o.text_graphs:
-            lane.enable_text_graphs(batch, max_tokens=o.first_lane_max_tokens, max_cells=batch * o.first_lane_max_tokens,
-                                    plan=o.graph_plan)
+            lane.enable_text_graphs(batch, max_tokens=tokens, max_cells=batch * tokens, plan=o.graph_plan)
 
     def close(self) -> None:
         self.batcher.close()

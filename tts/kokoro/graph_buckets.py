@@ -12,7 +12,9 @@ from __future__ import annotations
 import bisect
 import logging
 import math
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -126,15 +128,35 @@ def plan_rows(frames: list[int], costs: dict[tuple[int, int], float] | CostTable
 
 
 class TimedBuckets:
-    """A graph set's buckets (``self._buckets``: (batch, length) -> an object with ``graph``), their replay times
-    and the plan over them. The set sets ``side`` (for its log line), ``device``, ``_lock`` and calls
-    ``init_plan``; ``capture_all`` calls ``time_replays`` when the plan is ``"cost"``."""
+    """A graph set's buckets (``self._buckets``: (batch, length) -> an object with ``graph``), how they are captured,
+    their replay times and the plan over them. The set sets ``side`` (for its log line) and ``sizes``, calls
+    ``init_graphs``, and implements ``capture(b, n)`` with ``capture_graph``; ``capture_all`` captures every size and,
+    with the ``"cost"`` plan, times the replays."""
 
     side = ""
+    sizes: list[tuple[int, int]]
     _buckets: dict[tuple[int, int], Any]
-    device: torch.device
+
+    def init_graphs(self, device: torch.device, plan: str) -> None:
+        """The set's state: its buckets, one memory pool, its own capture stream, the replay lock and counters."""
+        self.init_plan(plan)
+        if device.type != "cuda":
+            raise ValueError(f"kokoro {self.side}-side CUDA graphs need the model on a CUDA device")
+        self.device = device
+        self._buckets = {}
+        self._pool = torch.cuda.graph_pool_handle()
+        # Captured on a stream of this set's own: cuBLAS's workspace is cached per (handle, stream) and baked into
+        # the captured GEMMs (pytorch#193402), so two sets captured on torch's one default capture stream share it,
+        # and replaying them at once from two threads (the first-clause lane beside the main lane) hung the GPU.
+        self._capture_stream = torch.cuda.Stream(device)
+        self._lock = threading.Lock()  # one replay at a time: the buckets share the pool
+        self.replays = 0
+        self.fallbacks = 0  # batches with rows outside every bucket (run eagerly)
+        self.split_batches = 0  # batches replayed in more than one group of rows
+        self.capture_s = 0.0
 
     def init_plan(self, plan: str) -> None:
+        """The plan's state: which plan, the replay times, the cost table built from them."""
         if plan not in PLANS:
             raise ValueError(f"kokoro graph plan {plan!r}: expected one of {PLANS}")
         self.plan_mode = plan
@@ -143,11 +165,46 @@ class TimedBuckets:
         self._table_of: tuple[int, int] = (-1, -1)  # (buckets, timed buckets) the table was built from
 
     @torch.inference_mode()
+    def capture_graph(self, body: Callable[[], Any]) -> tuple[torch.cuda.CUDAGraph, Any]:
+        """``body`` warmed up twice on a side stream (cuDNN and cuFFT plans, the LSTM copies), then captured on the
+        set's stream into its pool: the graph and the captured output."""
+        warm = torch.cuda.Stream(self.device)
+        warm.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(warm):
+            for _ in range(2):
+                body()
+        torch.cuda.current_stream(self.device).wait_stream(warm)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool, stream=self._capture_stream, capture_error_mode="thread_local"):
+            out = body()
+        return graph, out
+
+    def capture(self, b: int, n: int) -> None:
+        raise NotImplementedError
+
+    def capture_all(self) -> None:
+        """Capture every bucket, largest first (the shared pool is sized by the first), then time the replays."""
+        t0 = time.perf_counter()
+        with self._lock:
+            for b, n in sorted(self.sizes, key=lambda s: -s[0] * s[1]):
+                if (b, n) not in self._buckets:
+                    self.capture(b, n)
+        torch.cuda.synchronize(self.device)
+        self.capture_s += time.perf_counter() - t0
+        log.info("kokoro %s side: %d CUDA graphs captured in %.1f s", self.side, len(self._buckets), self.capture_s)
+        if self.plan_mode == "cost":
+            self.time_replays()
+
+    @property
+    def captured(self) -> int:
+        return len(self._buckets)
+
+    @torch.inference_mode()
     def time_replays(self, repeats: int = 2) -> None:
         """Each bucket's replay time (the least of ``repeats``, ms), what ``plan`` weighs; logged per batch size at
         the shortest and longest lengths."""
         t0 = time.perf_counter()
-        with self._lock:  # type: ignore[attr-defined]
+        with self._lock:
             for key, k in self._buckets.items():
                 assert k.graph is not None
                 best = math.inf

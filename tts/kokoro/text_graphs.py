@@ -16,9 +16,6 @@ batch is the decoder's plan over these buckets (``graph_buckets``: the least tim
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,8 +26,6 @@ from tts.kokoro.layers import Span
 
 if TYPE_CHECKING:
     from tts.kokoro.model import KokoroModel
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -48,28 +43,16 @@ class _Bucket:
 class TextGraphs(TimedBuckets):
     """CUDA graphs of ``model.text_pass`` per bucket (see the module docstring)."""
 
+    _buckets: dict[tuple[int, int], _Bucket]
+
     side = "text"
 
     def __init__(self, model: KokoroModel, max_batch: int = 64, token_step: int = 32, max_tokens: int = 256,
                  max_cells: int = 64 * 128, plan: str = "cost"):
         self.model = model
-        self.init_plan(plan)
-        self.device = model.device
-        if self.device.type != "cuda":
-            raise ValueError("text-side CUDA graphs need the model on a CUDA device")
+        self.init_graphs(model.device, plan)
         self.dtype = model.bert_encoder.weight.dtype
         self.sizes = bucket_sizes(max_batch, token_step, max_tokens, max_cells)
-        self._buckets: dict[tuple[int, int], _Bucket] = {}
-        self._pool = torch.cuda.graph_pool_handle()
-        # Captured on a stream of this set's own: cuBLAS's workspace is cached per (handle, stream) and baked into
-        # the captured GEMMs (pytorch#193402), so two sets captured on torch's one default capture stream share it,
-        # and replaying them at once from two threads (the first-clause lane beside the main lane) hung the GPU.
-        self._capture_stream = torch.cuda.Stream(self.device)
-        self._lock = threading.Lock()
-        self.replays = 0
-        self.fallbacks = 0  # batches with rows outside every bucket (run eagerly)
-        self.split_batches = 0  # batches replayed in more than one group of rows (KokoroModel._text_side)
-        self.capture_s = 0.0
 
     def _buffers(self, b: int, t: int) -> _Bucket:
         z = dict(device=self.device)
@@ -82,36 +65,10 @@ class TextGraphs(TimedBuckets):
 
     @torch.inference_mode()
     def capture(self, b: int, t: int) -> None:
-        """Warm the bucket's shapes up on a side stream (cuDNN plans, the LSTM copies), then capture."""
+        """Capture the bucket of ``b`` rows of ``t`` tokens (``capture_graph``)."""
         k = self._buffers(b, t)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self._body(k)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, stream=self._capture_stream, capture_error_mode="thread_local"):
-            k.out = self._body(k)
-        k.graph = graph
+        k.graph, k.out = self.capture_graph(lambda: self._body(k))
         self._buckets[(b, t)] = k
-
-    def capture_all(self) -> None:
-        """Capture every bucket, largest first (the shared pool is sized by the first)."""
-        t0 = time.perf_counter()
-        with self._lock:
-            for b, t in sorted(self.sizes, key=lambda s: -s[0] * s[1]):
-                if (b, t) not in self._buckets:
-                    self.capture(b, t)
-        torch.cuda.synchronize(self.device)
-        self.capture_s += time.perf_counter() - t0
-        log.info("kokoro text side: %d CUDA graphs captured in %.1f s", len(self._buckets), self.capture_s)
-        if self.plan_mode == "cost":
-            self.time_replays()
-
-    @property
-    def captured(self) -> int:
-        return len(self._buckets)
 
     @torch.inference_mode()
     def run(self, ids: torch.Tensor, lens: torch.Tensor, s_pro: torch.Tensor, speed: torch.Tensor
