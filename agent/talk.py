@@ -90,8 +90,9 @@ async def talk(engines: Engines, utterances: list[np.ndarray], *, settle_s: floa
 
 
 def format_turn(turn: TurnResult) -> str:
-    order = ["eos_to_transcript", "transcript_to_llm_first_token", "llm_first_token_to_tts_first_audio",
-             "eos_to_llm_first_token", "eos_to_first_audio"]
+    order = ["eos_to_transcript", "transcript_to_llm_first_token", "llm_first_token_to_first_clause",
+             "llm_first_token_to_tts_first_audio", "tts_first_audio_to_audio_out", "eos_to_llm_first_token",
+             "eos_to_first_audio"]
     lines = [f"transcript: {turn.transcript!r}", f"reply:      {turn.reply!r}", "latency (ms):"]
     for key in order:
         value = turn.stages_ms.get(key)

@@ -95,7 +95,7 @@ class TurnTiming:
 
     def event_times(self) -> dict[str, float]:
         """The turn's events in ``time.monotonic()`` seconds (comparable across processes on one host)."""
-        names = ("vad_stop", "turn_end", "transcript", "llm_start", "llm_first_token", "tts_first_audio",
+        names = ("vad_stop", "turn_end", "transcript", "llm_start", "llm_first_token", "tts_start", "tts_first_audio",
                  "first_audio_out")
         out = {n: round(v, 4) for n in names if (v := getattr(self, n)) is not None}
         if self.end_of_speech is not None:
@@ -117,6 +117,8 @@ class TurnTiming:
         put("eos_to_transcript", eos, heard)
         put("transcript_to_llm_first_token", heard, self.llm_first_token)
         put("llm_first_token_to_tts_first_audio", self.llm_first_token, self.tts_first_audio)
+        put("llm_first_token_to_first_clause", self.llm_first_token, self.tts_start)
+        put("tts_first_audio_to_audio_out", self.tts_first_audio, self.first_audio_out)
         put("eos_to_llm_first_token", eos, self.llm_first_token)
         put("eos_to_first_audio", eos, self.first_audio_out)
         return out

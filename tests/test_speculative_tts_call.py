@@ -105,7 +105,7 @@ def test_each_utterance_is_answered_once_and_heard_only_after_its_turn_end(serve
         assert t.turn_end <= t.llm_first_token <= t.tts_first_audio, t
         assert all(v >= 0 for v in t.stages_ms().values()), t.stages_ms()
     # the session's stage histograms: one sample a turn for each reply stage, a withdrawn reply timing nothing
-    for stage in ("turn_end", "llm_first_token", "tts_first_audio", "first_audio"):
+    for stage in ("turn_end", "llm_first_token", "first_clause", "tts_first_audio", "audio_out", "first_audio"):
         values = [v for s, v in samples if s == stage]
         assert len(values) == len(clips) and min(values) >= 0, (stage, values)
     assert stats["confirmed"] >= 1 and gate.released == stats["confirmed"]

@@ -367,7 +367,8 @@ def write_records(path: Path, records: list[PhoneCallRecord], hold: tuple[float,
         json.dump({"hold": list(hold), "callers": [asdict(r) for r in records]}, f)
 
 
-PRINTED_STAGES = ("phone_input_lag", "asr_final", "turn_end", "turn_model", "llm_first_token", "tts_first_audio")  # the per-turn server tails
+PRINTED_STAGES = ("phone_input_lag", "asr_final", "turn_end", "turn_model", "llm_first_token", "first_clause",
+                  "tts_first_audio", "audio_out")  # the per-turn server tails
 
 
 def describe_phone(level: LevelResult) -> str:

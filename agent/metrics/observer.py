@@ -11,7 +11,9 @@ before it, so stragglers of an earlier reply can never be read as this turn's an
   first token is held until the turn ends, so this includes the turn detector's wait; with
   ``llm.speculate_tts`` its whole reply, TTS audio included, counts from its release at the earliest:
   ``agent.held_reply_filter``, and a withdrawn one is not seen);
-- ``tts_first_audio``: first clause handed to TTS (``TTSStartedFrame``) -> first TTS audio;
+- ``first_clause``: the LLM's first token -> first clause handed to TTS (``TTSStartedFrame``);
+- ``tts_first_audio``: first clause handed to TTS -> first TTS audio;
+- ``audio_out``: first TTS audio -> ``BotStartedSpeakingFrame`` (the output transport starting it);
 - ``first_audio``: end of speech -> ``BotStartedSpeakingFrame``.
 
 Besides, ``turn_model``: each smart-turn inference's own time (its ``TurnMetricsData``), which sits
@@ -138,10 +140,12 @@ class MetricsObserver(BaseObserver):
         elif isinstance(frame, TTSStartedFrame):
             if self._llm_token is not None and self._tts_start is None:
                 self._tts_start = self._abs(data)
+                self._stage("first_clause", self._llm_token, self._tts_start)
         elif isinstance(frame, BotStartedSpeakingFrame):
             if self._llm_token is not None and self._audio_out is None:
                 self._audio_out = self._abs(data)
                 self._stage("first_audio", self._eos, self._audio_out)
+                self._stage("audio_out", self._tts_audio, self._audio_out)
         elif isinstance(frame, InterruptionFrame):
             self._close_reply()
         elif isinstance(frame, MetricsFrame):

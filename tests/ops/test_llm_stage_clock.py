@@ -8,8 +8,11 @@ import asyncio
 from types import SimpleNamespace
 
 from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
     LLMTextFrame,
     TranscriptionFrame,
+    TTSAudioRawFrame,
+    TTSStartedFrame,
     UserStoppedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
 )
@@ -57,8 +60,26 @@ def test_a_transcript_after_the_turn_end_times_the_llm_from_the_transcript() -> 
     assert [round(v) for v in samples["llm_first_token"]] == [150]
 
 
+def test_the_reply_stages_add_up_to_the_first_audio() -> None:
+    """Turn end, LLM first token, first clause, TTS first audio and the output's start leave no gap in first_audio."""
+    events = [(10.2, VADUserStoppedSpeakingFrame(stop_secs=0.2)),
+              (10.22, TranscriptionFrame("hello there", "caller", "now")),
+              (10.25, UserStoppedSpeakingFrame()),
+              (10.31, LLMTextFrame("Well")),
+              (10.45, TTSStartedFrame()),  # the first clause's words took 140 ms to arrive
+              (10.49, TTSAudioRawFrame(b"\0" * 480, 24000, 1)),
+              (10.52, BotStartedSpeakingFrame())]
+    samples = {k: [round(v) for v in vs] for k, vs in _stages(events).items()}
+    assert samples["first_clause"] == [140] and samples["tts_first_audio"] == [40] and samples["audio_out"] == [30]
+    parts = samples["turn_end"][0] + samples["llm_first_token"][0] + samples["first_clause"][0]
+    assert parts + samples["tts_first_audio"][0] + samples["audio_out"][0] == samples["first_audio"][0] == 520
+
+
 def test_the_turn_timeline_uses_the_same_clock() -> None:
     t = SimpleNamespace(transcript=10.25, turn_end=11.0, llm_first_token=11.08, tts_start=None, tts_first_audio=None,
                         first_audio_out=None, end_of_speech=10.0)
     assert round(turn_stages_ms(t)["llm_first_token"]) == 80
+    t.tts_start, t.tts_first_audio, t.first_audio_out = 11.2, 11.25, 11.3
+    stages = turn_stages_ms(t)
+    assert (round(stages["first_clause"]), round(stages["audio_out"]), round(stages["first_audio"])) == (120, 50, 1300)
     assert llm_asked(10.4, 10.3) == 10.4 and llm_asked(10.4, None) == 10.4 and llm_asked(None, 10.3) is None
