@@ -187,7 +187,9 @@ class LLMConfig:
     # turn ends on the caller's partial text, held until the final transcript confirms it, cancelled (HTTP
     # stream closed) if the caller goes on or the final differs. Comma-separated triggers: "pause" (VAD
     # stop, newest partial), "stable" (a partial stable for asr's 2 partials and >= speculate_stable_ms of
-    # audio), "final" (a final transcript while the caller is quiet and the turn detector undecided); "" = off.
+    # audio), "final" (a final transcript while the caller is quiet and the turn detector undecided), "quiet"
+    # (Parakeet: the partial of everything heard when the VAD starts its stop window, ~0.2 s before the stop and
+    # smart-turn's verdict: the reply is under way while they run; withdrawn if the caller speaks on); "" = off.
     # "final" by bench/speculative_llm.py: first token at the turn end instead of ~1 s after it when the
     # detector waits, nothing when it does not; "pause" wasted every request (asr/parakeet/README.md).
     speculate: str = "final"

@@ -236,7 +236,9 @@ def make_vad_processor(config: Config) -> VADProcessor:
     phone line: stage ``phone_input_lag``)."""
     from transports.phone.stats import PHONE_STATS
 
-    return TimedVADProcessor(vad_analyzer=make_vad(config), on_lag=PHONE_STATS.input_lag)
+    # llm.speculate's "quiet": Parakeet's partial is asked for at the pause (segmented engines have no partials)
+    pause_frames = config.asr.engine == "parakeet" and "quiet" in parse_triggers(config.llm.speculate)
+    return TimedVADProcessor(vad_analyzer=make_vad(config), on_lag=PHONE_STATS.input_lag, pause_frames=pause_frames)
 
 
 def make_vad(config: Config) -> SileroVADAnalyzer:

@@ -14,6 +14,10 @@ as audio (``agent.speculative_audio_gate``), so it is synthesized during the wai
 Triggers (``llm.speculate``, comma-separated):
 
 - ``pause``: the VAD says the caller stopped; speculate on the newest partial.
+- ``quiet``: the VAD began counting its stop window (``asr.pause.CallerPauseFrame``, ~0.2 s before its stop):
+  speculate on the partial Parakeet makes of everything heard up to then (``ParakeetPartial.at_pause``), so
+  the reply (and with ``llm.speculate_tts`` its audio) is under way while the stop window and smart-turn run.
+  Withdrawn at once if the caller speaks again inside the window.
 - ``stable``: a partial the STT marks stable (``ParakeetPartial.stable``: ``stable_partials`` in a row)
   whose text has held for at least ``stable_ms`` of audio, while the caller may still be talking.
 - ``final``: a final transcript arrives while the caller is quiet and the turn is still open (the turn
@@ -57,8 +61,9 @@ from pipecat.utils.string import TextPartForConcatenation, concatenate_aggregate
 from agent.finished_text_stop import FinishedTextStopMixin
 from agent.quiet_turn_stop import QuietTurnEndMixin
 from agent.segment_turn_stop import SegmentedTurnAnalyzerStopStrategy
+from asr.pause import CallerPauseFrame
 
-TRIGGERS = ("pause", "stable", "final")
+TRIGGERS = ("pause", "stable", "final", "quiet")
 
 
 def parse_triggers(text: str) -> frozenset[str]:
@@ -113,6 +118,8 @@ class SpeculativeStopMixin:
         self._partial = ""
         self._partial_since: float | None = None  # utterance audio seconds when this partial text first came
         self._paused = False  # the VAD's last word was a stop
+        self._quiet = False  # the VAD is counting its stop window (CallerPauseFrame)
+        self._trigger = ""  # what started the speculation in flight
         self._turn_open = False
         self._speculation: UserTurnSpeculation | None = None
         self._confirmed: UserTurnSpeculation | None = None  # confirmed by this turn's end, until the next turn
@@ -127,11 +134,15 @@ class SpeculativeStopMixin:
     # ------------------------------------------------------------------ frames
     async def process_frame(self, frame: Frame) -> ProcessFrameResult:
         if isinstance(frame, VADUserStartedSpeakingFrame):
-            self._paused = False
+            self._paused = self._quiet = False
             self._partial, self._partial_since = "", None
             await self._withdraw("resumed")
+        elif isinstance(frame, CallerPauseFrame):
+            self._quiet = frame.quiet
+            if not frame.quiet and self._trigger == "quiet":
+                await self._withdraw("resumed")  # spoken again inside the stop window: the text will grow
         elif isinstance(frame, VADUserStoppedSpeakingFrame):
-            self._paused = True
+            self._paused, self._quiet = True, False
             if "pause" in self._policy.triggers and self._partial:
                 await self._speculate(self._turn_text(self._partial), "pause")
         elif isinstance(frame, InterimTranscriptionFrame):
@@ -169,6 +180,8 @@ class SpeculativeStopMixin:
             return
         if self._paused and "pause" in self._policy.triggers:
             await self._speculate(guess, "pause")
+        elif self._quiet and "quiet" in self._policy.triggers and getattr(partial, "at_pause", False):
+            await self._speculate(guess, "quiet")
         elif "stable" in self._policy.triggers and getattr(partial, "stable", False):
             span = None if audio_s is None or self._partial_since is None else audio_s - self._partial_since
             if span is not None and span * 1000.0 >= self._policy.stable_ms:
@@ -205,7 +218,7 @@ class SpeculativeStopMixin:
             if self._matches(text):
                 return  # already answering this text
             await self._withdraw("final_differs" if trigger == "final" else "newer_partial")
-        self._speculation = UserTurnSpeculation(text=text)
+        self._speculation, self._trigger = UserTurnSpeculation(text=text), trigger
         stats = self.speculation_stats
         stats.started[trigger] = stats.started.get(trigger, 0) + 1
         logger.debug(f"{self}: speculative LLM request ({trigger}) on [{text}]")
@@ -215,7 +228,7 @@ class SpeculativeStopMixin:
         if self._speculation is None:
             return
         logger.debug(f"{self}: speculative request withdrawn ({reason}): [{self._speculation.text}]")
-        self._speculation = None
+        self._speculation, self._trigger = None, ""
         stats = self.speculation_stats
         stats.withdrawn[reason] = stats.withdrawn.get(reason, 0) + 1
         await self.trigger_user_turn_speculation_cancelled()
@@ -223,7 +236,7 @@ class SpeculativeStopMixin:
     async def trigger_user_turn_stopped(self, *, enable_user_speaking_frames: bool | None = None):
         """The wrapped strategy ends the turn: keep the speculative reply only if the final text matches."""
         if self._speculation is not None and self._matches(self._turn_text()):
-            self._confirmed, self._speculation = self._speculation, None
+            self._confirmed, self._speculation, self._trigger = self._speculation, None, ""
             self.speculation_stats.confirmed += 1
             logger.debug(f"{self}: speculative reply confirmed by the final transcript")
             await self.trigger_user_turn_finalized(enable_user_speaking_frames=enable_user_speaking_frames,

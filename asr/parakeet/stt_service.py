@@ -11,7 +11,9 @@ partials in a row had this text. Once that reaches ``stable_partials`` the parti
 the frame is pushed even when its text repeats the previous interim (once per text): the hook for an
 eager end of turn or a speculative LLM request (start the reply on the stable text, cancel it if
 the final differs or the caller goes on). ``request_partial()`` asks the batcher for a partial in
-its next tick whatever the cadence (e.g. when a consumer sees the caller go quiet).
+its next tick whatever the cadence; a ``CallerPauseFrame`` (the VAD began its stop window) does so, and the
+first partial that holds the audio up to that pause is pushed even when its text repeats, marked ``at_pause``:
+the text a speculative reply can start on ~0.1 s before the VAD's stop (``llm.speculate = "quiet"``).
 
 ``create_parakeet_stt(asr_config)`` builds it on the process-wide engine and batcher of
 ``asr.parakeet.shared_engine`` (no pipecat there), so every caller shares one batched model.
@@ -50,6 +52,7 @@ from pipecat.utils.tracing.service_decorators import traced_stt
 from asr.parakeet.batcher import StreamBatcher
 from asr.parakeet.shared_engine import shared_parakeet_batcher
 from asr.parakeet.streaming import StreamResult, StreamSession
+from asr.pause import CallerPauseFrame
 
 
 @dataclass
@@ -59,6 +62,7 @@ class ParakeetPartial:
     result: StreamResult
     repeats: int  # partials in a row (this one included) with this text
     stable: bool  # repeats >= the service's stable_partials
+    at_pause: bool = False  # the first partial holding the audio up to the caller's pause (CallerPauseFrame)
 
 
 @dataclass
@@ -95,6 +99,8 @@ class ParakeetSTTService(STTService):
         self._last_interim = ""
         self._repeats = 0  # partials in a row with the text of _last_interim
         self._stable_sent = False  # a stable interim went out for _last_interim
+        self._fed = 0  # samples fed to the open utterance (its pre-roll included)
+        self._pause_at_s: float | None = None  # utterance seconds fed when the caller paused: the partial owed covers them
         self.stable_partials = max(1, int(stable_partials))
 
     def can_generate_metrics(self) -> bool:
@@ -130,6 +136,7 @@ class ParakeetSTTService(STTService):
         samples = np.frombuffer(audio, dtype=np.int16).astype(np.float32) / 32768.0
         if self._session is not None:
             self._batcher.feed(self._session, samples)
+            self._fed += len(samples)
         else:
             self._preroll = np.concatenate([self._preroll, samples])[-self._preroll_samples :]
         yield None
@@ -141,6 +148,15 @@ class ParakeetSTTService(STTService):
         await super().process_frame(frame, direction)
         if isinstance(frame, UserStoppedSpeakingFrame):
             await self._end_utterance()
+        elif isinstance(frame, CallerPauseFrame):
+            self._on_pause(frame.quiet)
+
+    def _on_pause(self, quiet: bool) -> None:
+        """The caller paused (ask for a partial of everything heard so far) or went on (never mind)."""
+        self._pause_at_s = None
+        if quiet and self._session is not None:
+            self._pause_at_s = self._fed / self._engine_rate
+            self.request_partial()
 
     async def _handle_vad_user_started_speaking(self, frame: VADUserStartedSpeakingFrame) -> None:
         await super()._handle_vad_user_started_speaking(frame)
@@ -155,11 +171,13 @@ class ParakeetSTTService(STTService):
         self._utterance += 1
         utterance = self._utterance
         self._last_interim, self._repeats, self._stable_sent = "", 0, False
+        self._pause_at_s = None
 
         def on_partial(result: StreamResult) -> None:
             self._events.put_nowait(_Interim(utterance, result))
 
         self._session = self._batcher.open(on_partial=on_partial)
+        self._fed = len(self._preroll)
         if len(self._preroll):
             self._batcher.feed(self._session, self._preroll)
         self._preroll = np.zeros(0, dtype=np.float32)
@@ -191,15 +209,19 @@ class ParakeetSTTService(STTService):
         text = event.result.text
         if event.utterance <= self._finalized or not text:
             return
+        at_pause = (self._pause_at_s is not None and event.utterance == self._utterance
+                    and event.result.audio_s >= self._pause_at_s)
+        if at_pause:
+            self._pause_at_s = None
         if text == self._last_interim:
             self._repeats += 1
-            if self._stable_sent or self._repeats < self.stable_partials:
+            if not at_pause and (self._stable_sent or self._repeats < self.stable_partials):
                 return  # nothing new for a consumer
         else:
             self._last_interim, self._repeats, self._stable_sent = text, 1, False
         stable = self._repeats >= self.stable_partials
         self._stable_sent = stable
-        partial = ParakeetPartial(event.result, self._repeats, stable)
+        partial = ParakeetPartial(event.result, self._repeats, stable, at_pause)
         await self.push_frame(InterimTranscriptionFrame(text, self._user_id, time_now_iso8601(), self._lang(),
                                                         result=partial))
 

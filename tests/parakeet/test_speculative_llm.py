@@ -55,6 +55,7 @@ from asr.parakeet.engine import ParakeetEngine
 from asr.parakeet.streaming import StreamConfig, StreamResult
 from asr.parakeet.stt_service import ParakeetPartial, ParakeetSTTService
 from asr.parakeet.tiny import synthetic_speech
+from asr.pause import CallerPauseFrame
 
 pytest.importorskip("llama_cpp")
 
@@ -253,8 +254,8 @@ async def test_a_caller_who_resumes_cancels_the_speculation_and_no_turn_is_lost_
     assert len(run.out.frames(LLMFullResponseStartFrame)) == 1
 
 
-def _partial(text: str, repeats: int, audio_s: float) -> InterimTranscriptionFrame:
-    result = ParakeetPartial(StreamResult(1, False, text, [], [], [], audio_s), repeats, repeats >= 2)
+def _partial(text: str, repeats: int, audio_s: float, at_pause: bool = False) -> InterimTranscriptionFrame:
+    result = ParakeetPartial(StreamResult(1, False, text, [], [], [], audio_s), repeats, repeats >= 2, at_pause)
     return InterimTranscriptionFrame(text, "caller", time_now_iso8601(), result=result)
 
 
@@ -313,5 +314,32 @@ async def test_a_stable_partial_the_caller_talks_past_is_withdrawn(server):
     # line). Either way it is at most one closed stream, and nothing of it went out (below); the
     # resumed-caller test asserts the disconnect of a live stream.
     assert log.closed_by_client <= 1 and log.requests - log.closed_by_client >= 1, (log.requests, log.closed_by_client)
+    assert _turns(run.context)[0] == ("user", "What time is it?") and len(_turns(run.context)) == 2
+    assert len(run.out.frames(LLMFullResponseStartFrame)) == 1
+
+
+async def test_the_partial_at_the_pause_starts_the_reply_before_the_vad_stop(server):
+    """``quiet``: the reply is asked for on the partial Parakeet made at the start of the VAD's stop window, not on
+    a partial the cadence made before it; the turn end confirms it."""
+    frames = [VADUserStartedSpeakingFrame(start_secs=0.1), _partial("what time is", 1, 0.64),
+              CallerPauseFrame(quiet=True), _partial("what time is", 2, 0.96), SleepFrame(sleep=0.1),
+              _partial("what time is it", 1, 1.12, at_pause=True), SleepFrame(sleep=0.2),
+              VADUserStoppedSpeakingFrame(stop_secs=0.2), _final("What time is it?"), SleepFrame(sleep=TURN_WAIT_S + 2)]
+    run = await _run_text(server, frames, "final,quiet")
+    assert run.stats.snapshot() == {"started": {"quiet": 1}, "confirmed": 1, "withdrawn": {}, "wasted": 0}
+    assert len(run.requests_sent) == 1 and run.requests_sent[0] < run.taps.first(VADUserStoppedSpeakingFrame)
+    turns = _turns(run.context)
+    assert turns[0] == ("user", "What time is it?") and [r for r, _ in turns] == ["user", "assistant"]
+    assert len(run.out.frames(LLMFullResponseStartFrame)) == 1
+
+
+async def test_a_caller_who_speaks_again_inside_the_stop_window_withdraws_the_quiet_speculation(server):
+    frames = [VADUserStartedSpeakingFrame(start_secs=0.1), CallerPauseFrame(quiet=True),
+              _partial("what time", 1, 0.8, at_pause=True), SleepFrame(sleep=0.3), CallerPauseFrame(quiet=False),
+              _partial("what time is it", 1, 1.44), VADUserStoppedSpeakingFrame(stop_secs=0.2),
+              _final("What time is it?"), SleepFrame(sleep=TURN_WAIT_S + 2)]
+    run = await _run_text(server, frames, "quiet")
+    assert run.stats.started == {"quiet": 1} and run.stats.withdrawn == {"resumed": 1}
+    assert run.stats.confirmed == 0 and len(run.requests_sent) == 2  # the withdrawn one and the turn's own
     assert _turns(run.context)[0] == ("user", "What time is it?") and len(_turns(run.context)) == 2
     assert len(run.out.frames(LLMFullResponseStartFrame)) == 1
