@@ -67,8 +67,9 @@ TRIGGERS = ("pause", "stable", "final", "quiet")
 
 
 def parse_triggers(text: str) -> frozenset[str]:
-    """``"pause,final"`` -> {"pause", "final"}; ``""`` or ``"off"`` -> none. Unknown names raise ValueError."""
-    names = {t.strip().lower() for t in text.split(",") if t.strip()} - {"off", "none"}
+    """``"pause,final"`` (or ``"pause+final"``, for lists that are comma-separated themselves: a benchmark's
+    ``SERVE_SETS``) -> {"pause", "final"}; ``""`` or ``"off"`` -> none. Unknown names raise ValueError."""
+    names = {t.strip().lower() for t in text.replace("+", ",").split(",") if t.strip()} - {"off", "none"}
     unknown = names - set(TRIGGERS)
     if unknown:
         raise ValueError(f"llm.speculate: unknown trigger(s) {sorted(unknown)} (known: {', '.join(TRIGGERS)}; "

@@ -16,7 +16,7 @@ from agent.speculative_turn import (
 
 def test_triggers_parse_and_bad_names_fail_clearly():
     assert parse_triggers("") == frozenset() == parse_triggers("off")
-    assert parse_triggers(" Final, pause ") == {"final", "pause"}
+    assert parse_triggers(" Final, pause ") == {"final", "pause"} == parse_triggers("final+pause")
     with pytest.raises(ValueError, match=r"unknown trigger\(s\) \['eager'\].*known: pause, stable, final, quiet"):
         parse_triggers("final,eager")
 
