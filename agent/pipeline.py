@@ -223,7 +223,7 @@ class Engines:
             socket = self.config.server.asr_engine_socket or self.config.server.engine_sockets[0]
             return ParakeetSTTService(RemoteStreamBatcher(socket, remote["sample_rate"]),
                                       model_name=remote["model"], language=asr.language,
-                                      ttfs_p99_latency=asr.ttfs_p99_s)
+                                      ttfs_p99_latency=asr.ttfs_p99_s, final_from_pause=asr.final_from_pause)
         if asr.engine == "parakeet":
             from asr.parakeet.stt_service import create_parakeet_stt
 

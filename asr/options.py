@@ -58,3 +58,8 @@ class ASRConfig:
     # Parakeet streaming: a partial per caller every this much audio (staggered across callers),
     # 0 = every chunk. 640 ms cut the windows per caller 4x (asr/parakeet/README.md).
     partial_interval_ms: int = 640
+    # Parakeet with pause frames (llm.speculate's "quiet"): at the VAD's stop, when nothing audible followed the
+    # caller's pause, the final is the partial made at the pause instead of a decode of the quiet after it (the
+    # rule asr/eager_segment.py applies to Whisper and Moonshine). Its text is then exactly what the reply was
+    # speculated on, and it is ready at the stop.
+    final_from_pause: bool = True

@@ -155,9 +155,11 @@ class StreamBatcher:
         session.push(samples)
         self._schedule(session)
 
-    def request_partial(self, session: StreamSession) -> None:
-        """Ask for a partial of ``session`` in the next tick, whatever the cadence (once it has a new chunk)."""
+    def request_partial(self, session: StreamSession, fresh: bool = False) -> None:
+        """Ask for a partial of ``session`` in the next tick, whatever the cadence (once it has a new chunk); ``fresh``:
+        a decode of the whole utterance so far, as the final pass makes (at once, chunk or not)."""
         session.partial_requested = True
+        session.fresh_requested = session.fresh_requested or fresh
         self._schedule(session)
 
     def pending(self, session: StreamSession) -> bool:

@@ -63,7 +63,7 @@ class StreamHost:
         elif op == "asr_feed":
             self.batcher.feed(session, np.frombuffer(payload, dtype="<f4"))
         elif op == "asr_partial":
-            self.batcher.request_partial(session)
+            self.batcher.request_partial(session, fresh=bool(header.get("fresh")))
         elif op == "asr_final":
             task = asyncio.create_task(self._final(session, header.get("id")))
             self._finals.add(task)
@@ -181,9 +181,9 @@ class RemoteStreamBatcher:
         session.feeds_sent += 1
         self._send(session, {"op": "asr_feed", "sid": session.id}, data)
 
-    def request_partial(self, session: RemoteSession) -> None:
+    def request_partial(self, session: RemoteSession, fresh: bool = False) -> None:
         self._flush(session)
-        self._send(session, {"op": "asr_partial", "sid": session.id})
+        self._send(session, {"op": "asr_partial", "sid": session.id, **({"fresh": True} if fresh else {})})
 
     async def finalize(self, session: RemoteSession) -> StreamResult:
         assert session.attached is not None

@@ -9,7 +9,9 @@ Partials come at a cadence (``StreamConfig.partial_interval_ms``), not every chu
 due for a partial once its ready audio reaches ``next_partial_frame``; its window then decodes every
 frame that arrived since the last one. Each session's partial grid is shifted by a whole number of
 chunks derived from its id, so sessions that start together do not all come due on the same tick.
-A consumer can ask for one partial now (``partial_requested``), whatever the cadence.
+A consumer can ask for one partial now (``partial_requested``), whatever the cadence, or for a fresh one
+(``fresh_requested``): a decode of the whole utterance so far, as the final pass makes (the caller paused: the
+text a speculative reply starts on should be the one the final will read), after which streaming goes on from it.
 
 At the end of speech the session asks for a final decode. When the whole utterance fits in the
 left context (and ``final_pass`` is on) the final is a fresh decode of the whole utterance, which
@@ -124,6 +126,7 @@ class StreamSession:
     in_flight: bool = False
     next_partial_frame: int = 0  # a partial is due once ready_end_frame() reaches this
     partial_requested: bool = False  # a consumer asked for a partial now (cleared when one is made)
+    fresh_requested: bool = False  # ... decoded afresh over the whole utterance so far, as the final pass does
 
     def __post_init__(self) -> None:
         self._arm_partials()
@@ -138,7 +141,7 @@ class StreamSession:
     def _arm_partials(self) -> None:
         """First partial after 1 .. partial_frames / chunk_frames chunks (staggered by id)."""
         self.next_partial_frame = self.config.partial_frames - self.partial_offset
-        self.partial_requested = False
+        self.partial_requested = self.fresh_requested = False
 
     def _advance_partials(self) -> None:
         """The next grid point past the decoded frames."""
@@ -149,8 +152,16 @@ class StreamSession:
 
     def partial_due(self) -> bool:
         """Whether a partial is owed: new whole chunks, and the cadence (or a consumer) asks for one."""
+        if self.fresh_requested and self._fits_final_pass():
+            return True
         end = self.ready_end_frame()
         return end > self.decoded_frames and (end >= self.next_partial_frame or self.partial_requested)
+
+    def _fits_final_pass(self) -> bool:
+        """The whole utterance is still kept and fits one window: a fresh decode of it is possible."""
+        c = self.config
+        return c.final_pass and self.base_sample == 0 and self.total_samples <= (c.left_frames + c.chunk_frames) * \
+            c.samples_per_frame
 
     @property
     def audio(self) -> np.ndarray:
@@ -191,9 +202,9 @@ class StreamSession:
         """The window for the next tick, or None when there is nothing new to decode."""
         c = self.config
         spf = c.samples_per_frame
-        if final:
-            if c.final_pass and self.base_sample == 0 and self.total_samples <= (c.left_frames + c.chunk_frames) * spf:
-                return WindowRequest(self, self.audio, 0, 0, None, None, final=True, fresh=True)
+        if final or (self.fresh_requested and self._fits_final_pass()):
+            if self._fits_final_pass():  # every frame so far, from the start state
+                return WindowRequest(self, self.audio, 0, 0, None, None, final=final, fresh=True)
             end_frame: int | None = None  # every remaining frame of the audio
             end_sample = self.total_samples
             window_end_frame = -(-self.total_samples // spf)
@@ -224,7 +235,7 @@ class StreamSession:
         self.carry = carry
         self.decoded_frames = max(self.decoded_frames, end_frame)
         if not request.final:
-            self.partial_requested = False
+            self.partial_requested = self.fresh_requested = False
             self._advance_partials()
         self._trim()
         return StreamResult(self.id, request.final, "", list(self.tokens), list(self.frames),

@@ -13,7 +13,10 @@ eager end of turn or a speculative LLM request (start the reply on the stable te
 the final differs or the caller goes on). ``request_partial()`` asks the batcher for a partial in
 its next tick whatever the cadence; a ``CallerPauseFrame`` (the VAD began its stop window) does so, and the
 first partial that holds the audio up to that pause is pushed even when its text repeats, marked ``at_pause``:
-the text a speculative reply can start on ~0.1 s before the VAD's stop (``llm.speculate = "quiet"``).
+the text a speculative reply can start on ~0.1 s before the VAD's stop (``llm.speculate = "quiet"``). With
+``final_from_pause``, if nothing audible came after that pause (``asr.eager_segment``'s level rule: under -40 dBFS
+and 30 dB under the utterance's peak), that partial is the utterance's final too: what a decode of the quiet after
+it would add is only what the model makes of silence.
 
 ``create_parakeet_stt(asr_config)`` builds it on the process-wide engine and batcher of
 ``asr.parakeet.shared_engine`` (no pipecat there), so every caller shares one batched model.
@@ -22,6 +25,7 @@ the text a speculative reply can start on ~0.1 s before the VAD's stop (``llm.sp
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +57,10 @@ from asr.parakeet.batcher import StreamBatcher
 from asr.parakeet.shared_engine import shared_parakeet_batcher
 from asr.parakeet.streaming import StreamResult, StreamSession
 from asr.pause import CallerPauseFrame
+from transports.audio_level import level_dbfs
+
+AUDIBLE_DBFS = -40.0  # asr.eager_segment's rule: audible = at least this loud ...
+BELOW_PEAK_DB = 30.0  # ... or within this much of the utterance's peak
 
 
 @dataclass
@@ -75,6 +83,8 @@ class _Interim:
 class _Final:
     utterance: int
     session: StreamSession
+    quiet_since_pause: bool = False  # a pause began and nothing audible followed it up to the VAD's stop
+    audio_s: float = 0.0  # the utterance's audio fed
 
 
 class ParakeetSTTService(STTService):
@@ -82,6 +92,7 @@ class ParakeetSTTService(STTService):
 
     def __init__(self, batcher: StreamBatcher, *, preroll_s: float = 0.4, language: str = "en",
                  ttfs_p99_latency: float | None = 1.0, model_name: str = "parakeet-tdt", stable_partials: int = 2,
+                 final_from_pause: bool = True,
                  **kwargs: Any) -> None:
         kwargs.setdefault("settings", STTSettings(model=model_name, language=language))
         super().__init__(ttfs_p99_latency=ttfs_p99_latency, **kwargs)
@@ -101,6 +112,11 @@ class ParakeetSTTService(STTService):
         self._stable_sent = False  # a stable interim went out for _last_interim
         self._fed = 0  # samples fed to the open utterance (its pre-roll included)
         self._pause_at_s: float | None = None  # utterance seconds fed when the caller paused: the partial owed covers them
+        self.final_from_pause = final_from_pause
+        self._pause_result: tuple[int, StreamResult] | None = None  # (utterance, its partial at the pause)
+        self._peak_dbfs = -120.0  # the utterance's loudest chunk so far
+        self._paused = False  # a pause began and the caller has not gone on
+        self._audible_since_pause = False
         self.stable_partials = max(1, int(stable_partials))
 
     def can_generate_metrics(self) -> bool:
@@ -131,6 +147,8 @@ class ParakeetSTTService(STTService):
 
     # ------------------------------------------------------------------ audio in
     async def run_stt(self, audio: bytes) -> AsyncGenerator[Frame | None, None]:
+        if self.final_from_pause and self._session is not None:
+            self._follow_level(level_dbfs(audio))
         if self.sample_rate != self._engine_rate:
             audio = await self._resampler.resample(audio, self.sample_rate, self._engine_rate)
         samples = np.frombuffer(audio, dtype=np.int16).astype(np.float32) / 32768.0
@@ -151,12 +169,19 @@ class ParakeetSTTService(STTService):
         elif isinstance(frame, CallerPauseFrame):
             self._on_pause(frame.quiet)
 
+    def _follow_level(self, level: float) -> None:
+        """One chunk's level: the utterance's peak, and whether the caller was audible again after a pause."""
+        if self._paused and level >= min(AUDIBLE_DBFS, self._peak_dbfs - BELOW_PEAK_DB):
+            self._audible_since_pause = True
+        self._peak_dbfs = max(self._peak_dbfs, level)
+
     def _on_pause(self, quiet: bool) -> None:
         """The caller paused (ask for a partial of everything heard so far) or went on (never mind)."""
-        self._pause_at_s = None
+        self._pause_at_s, self._pause_result = None, None
+        self._paused, self._audible_since_pause = quiet, False
         if quiet and self._session is not None:
             self._pause_at_s = self._fed / self._engine_rate
-            self.request_partial()
+            self.request_partial(fresh=True)  # the final pass's text, not the chunk-by-chunk one
 
     async def _handle_vad_user_started_speaking(self, frame: VADUserStartedSpeakingFrame) -> None:
         await super()._handle_vad_user_started_speaking(frame)
@@ -172,6 +197,7 @@ class ParakeetSTTService(STTService):
         utterance = self._utterance
         self._last_interim, self._repeats, self._stable_sent = "", 0, False
         self._pause_at_s = None
+        self._peak_dbfs, self._paused, self._audible_since_pause = -120.0, False, False
 
         def on_partial(result: StreamResult) -> None:
             self._events.put_nowait(_Interim(utterance, result))
@@ -182,16 +208,18 @@ class ParakeetSTTService(STTService):
             self._batcher.feed(self._session, self._preroll)
         self._preroll = np.zeros(0, dtype=np.float32)
 
-    def request_partial(self) -> None:
-        """Ask for a partial of the current utterance in the batcher's next tick (no-op between utterances)."""
+    def request_partial(self, fresh: bool = False) -> None:
+        """Ask for a partial of the current utterance in the batcher's next tick (no-op between utterances); ``fresh``:
+        a decode of the whole utterance so far, as the final pass makes."""
         if self._session is not None:
-            self._batcher.request_partial(self._session)
+            self._batcher.request_partial(self._session, fresh=fresh)
 
     async def _end_utterance(self) -> None:
         if self._session is None:
             return
         session, self._session = self._session, None
-        await self._events.put(_Final(self._utterance, session))
+        quiet = self._paused and not self._audible_since_pause
+        await self._events.put(_Final(self._utterance, session, quiet, self._fed / self._engine_rate))
 
     # ------------------------------------------------------------------ results out, in order
     async def _event_loop(self) -> None:
@@ -213,6 +241,7 @@ class ParakeetSTTService(STTService):
                     and event.result.audio_s >= self._pause_at_s)
         if at_pause:
             self._pause_at_s = None
+            self._pause_result = (event.utterance, event.result)
         if text == self._last_interim:
             self._repeats += 1
             if not at_pause and (self._stable_sent or self._repeats < self.stable_partials):
@@ -225,9 +254,20 @@ class ParakeetSTTService(STTService):
         await self.push_frame(InterimTranscriptionFrame(text, self._user_id, time_now_iso8601(), self._lang(),
                                                         result=partial))
 
+    def _final_at_pause(self, event: _Final) -> StreamResult | None:
+        """The partial at the pause as ``event``'s final, if nothing audible followed the pause (``final_from_pause``)."""
+        pause = self._pause_result
+        if not (self.final_from_pause and event.quiet_since_pause and pause and pause[0] == event.utterance):
+            return None
+        return dataclasses.replace(pause[1], final=True, audio_s=event.audio_s)
+
     async def _push_final(self, event: _Final) -> None:
         try:
-            result = await self._batcher.finalize(event.session)
+            result = self._final_at_pause(event)
+            if result is None:
+                result = await self._batcher.finalize(event.session)
+            else:
+                logger.debug(f"{self}: final from the partial at the pause (quiet since)")
         finally:
             self._batcher.close(event.session)
             self._finalized = event.utterance
@@ -266,5 +306,6 @@ def create_parakeet_stt(asr_config: Any, **kwargs: Any) -> ParakeetSTTService:
         model_name=Path(str(batcher.engine.checkpoint.source)).name or "parakeet-tdt",
         language=getattr(asr_config, "language", "en"),
         ttfs_p99_latency=getattr(asr_config, "ttfs_p99_s", 1.0),
+        final_from_pause=getattr(asr_config, "final_from_pause", True),
         **kwargs,
     )

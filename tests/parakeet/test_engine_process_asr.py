@@ -128,3 +128,20 @@ async def test_a_dead_engine_fails_finalize_at_once(tiny_dir):
                 await asyncio.wait_for(remote.finalize(session), 5.0)
         finally:
             _stop(proc)
+
+
+async def test_a_fresh_partial_asked_over_the_link_is_the_final_pass_of_the_audio_so_far(engine_socket):
+    """``request_partial(fresh=True)`` (the caller's pause) crosses the link: the engine decodes the whole utterance
+    so far afresh, the tokens a final gives for that audio."""
+    remote = RemoteStreamBatcher(engine_socket)
+    clip = _heard(synthetic_speech(1.0, seed=21))
+    got: asyncio.Future = asyncio.get_running_loop().create_future()
+    paused = remote.open(on_partial=lambda result: got.done() or got.set_result(result))
+    try:
+        remote.feed(paused, clip)
+        remote.request_partial(paused, fresh=True)
+        partial = await asyncio.wait_for(got, 30)
+    finally:
+        remote.close(paused)
+    final = await _stream(remote, clip, [])
+    assert partial.tokens and partial.tokens == final.tokens
