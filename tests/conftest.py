@@ -34,6 +34,7 @@ REALTIME = (
     "tests/reliability/test_workers.py",
     "tests/bot/test_transcripts.py", "tests/bot/test_tool_flow.py",
     "tests/parakeet/test_speculative_llm.py", "tests/gputts/test_engine_process.py",
+    "tests/parakeet/test_quiet_trigger_call.py", "tests/parakeet/test_pause_partial.py",  # the pause's decode in time
     "tests/turn/test_turn_engine.py",  # a real-time phone call through cadence serve
 )
 REALTIME_UNIT = "realtime"
