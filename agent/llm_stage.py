@@ -24,6 +24,7 @@ from pipecat.frames.frames import (
     Frame,
     FunctionCallFromLLM,
     InterruptionFrame,
+    LLMContextFrame,
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
     LLMTextFrame,
@@ -38,6 +39,7 @@ from agent.context_window import ContextWindow
 from agent.held_reply import UnheldSpeculationGate, mark_held_reply
 from agent.openai_http import llm_timeout, openai_httpx
 from agent.text_unescape import StreamUnescaper
+from agent.withdrawn_speculation import is_withdrawn
 
 
 class RequestTotals:
@@ -68,6 +70,7 @@ class CadenceLLMService(OpenAILLMService):
         self.window = ContextWindow(window_tokens=config.context_size, reply_tokens=config.max_tokens)
         self.unreachable_count = 0
         self.empty_count = 0
+        self.withdrawn_unstarted = 0  # speculative requests dropped because their withdrawal came first
         self._unescape = StreamUnescaper()
         super().__init__(
             api_key=config.api_key,
@@ -96,6 +99,13 @@ class CadenceLLMService(OpenAILLMService):
             timeout=llm_timeout(self._request_timeout_s, connect_s=2.0),
             http_client=self._http_client,
         )
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection):
+        if isinstance(frame, LLMContextFrame) and is_withdrawn(getattr(frame, "speculation", None)):
+            self.withdrawn_unstarted += 1  # its cancel overtook it: answering now would answer the turn twice
+            logger.debug(f"{self}: a speculative request withdrawn before it started: dropped")
+            return
+        await super().process_frame(frame, direction)
 
     async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM):
         if isinstance(frame, LLMTextFrame) and direction == FrameDirection.DOWNSTREAM:

@@ -61,6 +61,7 @@ from pipecat.utils.string import TextPartForConcatenation, concatenate_aggregate
 from agent.finished_text_stop import FinishedTextStopMixin
 from agent.quiet_turn_stop import QuietTurnEndMixin
 from agent.segment_turn_stop import SegmentedTurnAnalyzerStopStrategy
+from agent.withdrawn_speculation import mark_withdrawn
 from asr.pause import CallerPauseFrame
 
 TRIGGERS = ("pause", "stable", "final", "quiet")
@@ -229,6 +230,7 @@ class SpeculativeStopMixin:
         if self._speculation is None:
             return
         logger.debug(f"{self}: speculative request withdrawn ({reason}): [{self._speculation.text}]")
+        mark_withdrawn(self._speculation)  # if its request is still queued at the LLM stage, it never runs
         self._speculation, self._trigger = None, ""
         stats = self.speculation_stats
         stats.withdrawn[reason] = stats.withdrawn.get(reason, 0) + 1

@@ -343,3 +343,34 @@ async def test_a_caller_who_speaks_again_inside_the_stop_window_withdraws_the_qu
     assert run.stats.confirmed == 0 and len(run.requests_sent) == 2  # the withdrawn one and the turn's own
     assert _turns(run.context)[0] == ("user", "What time is it?") and len(_turns(run.context)) == 2
     assert len(run.out.frames(LLMFullResponseStartFrame)) == 1
+
+
+async def test_a_speculation_withdrawn_while_its_request_waited_at_the_llm_stage_never_runs(server):
+    """The withdrawal (a system frame) can overtake the speculative context frame still queued at the LLM stage, where
+    pipecat's service, not yet speculating, ignores it: the request would then run as an orphan reply that the audio
+    gate releases after the turn (run 78: two turns answered twice). The strategy marks what it withdraws and the
+    LLM stage drops a marked context frame; an unmarked one is answered."""
+    from pipecat.frames.frames import LLMContextFrame
+    from pipecat.turns.types import UserTurnSpeculation
+
+    from agent.withdrawn_speculation import mark_withdrawn
+
+    sent: list[float] = []
+
+    async def note(request: httpx.Request) -> None:
+        sent.append(time.monotonic())
+
+    http = httpx.AsyncClient(event_hooks={"request": [note]})
+    llm = CadenceLLMService(LONG, server.base_url, server.model_id, http_client=http)
+    out = Stamped()
+    withdrawn = UserTurnSpeculation(text="what time is it")
+    mark_withdrawn(withdrawn)
+    context = LLMContext(messages=[{"role": "user", "content": "What time is it?"}])
+    try:
+        await run_test(Pipeline([llm, out]), frames_to_send=[
+            LLMContextFrame(context=context, speculation=withdrawn), SleepFrame(sleep=1.0),
+            LLMContextFrame(context=context), SleepFrame(sleep=3.0)])
+    finally:
+        await http.aclose()
+    assert len(sent) == 1 and llm.withdrawn_unstarted == 1  # only the unmarked request went to the server
+    assert len(out.frames(LLMFullResponseStartFrame)) == 1
