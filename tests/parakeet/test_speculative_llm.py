@@ -289,15 +289,20 @@ async def _run_text(server: ManagedLLMServer, frames: list[Frame], speculate: st
     return TurnRun(context, taps, out, stats, sent)
 
 
+def _assert_one_confirmed(run: TurnRun, trigger: str) -> None:
+    """One speculation (``trigger``), confirmed: one request, sent before the VAD stop; one turn, one reply."""
+    assert run.stats.snapshot() == {"started": {trigger: 1}, "confirmed": 1, "withdrawn": {}, "wasted": 0}
+    assert len(run.requests_sent) == 1 and run.requests_sent[0] < run.taps.first(VADUserStoppedSpeakingFrame)
+    turns = _turns(run.context)
+    assert turns[0] == ("user", "What time is it?") and [r for r, _ in turns] == ["user", "assistant"]
+
+
 async def test_a_stable_partial_starts_the_reply_while_the_caller_is_still_talking(server):
     frames = [VADUserStartedSpeakingFrame(start_secs=0.1), _partial("what time is it", 1, 0.64),
               _partial("what time is it", 2, 1.28), SleepFrame(sleep=0.4),
               VADUserStoppedSpeakingFrame(stop_secs=0.2), _final("What time is it?"), SleepFrame(sleep=TURN_WAIT_S + 2)]
     run = await _run_text(server, frames, "stable")
-    assert run.stats.snapshot() == {"started": {"stable": 1}, "confirmed": 1, "withdrawn": {}, "wasted": 0}
-    assert len(run.requests_sent) == 1 and run.requests_sent[0] < run.taps.first(VADUserStoppedSpeakingFrame)
-    turns = _turns(run.context)
-    assert turns[0] == ("user", "What time is it?") and [r for r, _ in turns] == ["user", "assistant"]
+    _assert_one_confirmed(run, "stable")
 
 
 async def test_a_stable_partial_the_caller_talks_past_is_withdrawn(server):
@@ -326,10 +331,7 @@ async def test_the_partial_at_the_pause_starts_the_reply_before_the_vad_stop(ser
               _partial("what time is it", 1, 1.12, at_pause=True), SleepFrame(sleep=0.2),
               VADUserStoppedSpeakingFrame(stop_secs=0.2), _final("What time is it?"), SleepFrame(sleep=TURN_WAIT_S + 2)]
     run = await _run_text(server, frames, "final,quiet")
-    assert run.stats.snapshot() == {"started": {"quiet": 1}, "confirmed": 1, "withdrawn": {}, "wasted": 0}
-    assert len(run.requests_sent) == 1 and run.requests_sent[0] < run.taps.first(VADUserStoppedSpeakingFrame)
-    turns = _turns(run.context)
-    assert turns[0] == ("user", "What time is it?") and [r for r, _ in turns] == ["user", "assistant"]
+    _assert_one_confirmed(run, "quiet")
     assert len(run.out.frames(LLMFullResponseStartFrame)) == 1
 
 

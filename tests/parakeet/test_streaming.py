@@ -286,29 +286,22 @@ def test_session_audio_appends_in_place_and_window_views_never_change():
 async def test_a_tick_that_does_not_finish_reads_as_stalled(engine):
     """The engine's watchdog (agent/engine_watchdog.py) reads ``stalled_s``: 0 while idle, the tick's age while a
     tick waits on the device (here: the batched call held, the CPU stand-in for a hung GPU), 0 again after."""
-    import threading
     import time
 
+    from testkit.held_call import held_call
+
     batcher = StreamBatcher(engine, StreamConfig())
-    release = threading.Event()
-    process = batcher._process_on_stream
-
-    def held(*args):
-        release.wait(30)
-        return process(*args)
-
-    batcher._process_on_stream = held  # type: ignore[method-assign]
     try:
-        assert batcher.stalled_s() == 0.0
-        session = batcher.open()
-        batcher.feed(session, synthetic_speech(0.5, seed=7))
-        final = asyncio.ensure_future(batcher.finalize(session))
-        await asyncio.sleep(0.3)
-        assert batcher.stalled_s() >= 0.25
-        t0 = time.monotonic()
-        release.set()
-        assert (await asyncio.wait_for(final, 30)).final and time.monotonic() - t0 < 30
-        assert batcher.stalled_s() == 0.0
+        with held_call(batcher, "_process_on_stream") as release:
+            assert batcher.stalled_s() == 0.0
+            session = batcher.open()
+            batcher.feed(session, synthetic_speech(0.5, seed=7))
+            final = asyncio.ensure_future(batcher.finalize(session))
+            await asyncio.sleep(0.3)
+            assert batcher.stalled_s() >= 0.25
+            t0 = time.monotonic()
+            release.set()
+            assert (await asyncio.wait_for(final, 30)).final and time.monotonic() - t0 < 30
+            assert batcher.stalled_s() == 0.0
     finally:
-        release.set()
         await batcher.aclose()

@@ -149,26 +149,19 @@ async def test_concurrent_requests_share_one_call_and_score_as_alone(model):
 async def test_a_batch_that_does_not_finish_reads_as_stalled(model):
     """The engine's watchdog (agent/engine_watchdog.py) reads ``stalled_s``: the age of the batch being scored (here
     held, the CPU stand-in for a hung GPU), 0 when none is."""
-    import threading
+    from testkit.held_call import held_call
 
     batcher = TurnBatcher(model, device="cpu", max_batch=8)
-    release, score = threading.Event(), batcher.score
-
-    def held(*args):
-        release.wait(30)
-        return score(*args)
-
-    batcher.score = held  # type: ignore[method-assign]
     try:
-        assert batcher.stalled_s() == 0.0
-        pending = asyncio.ensure_future(batcher.predict(framed(speech16k("agent-pass"))))
-        await asyncio.sleep(0.3)
-        assert batcher.stalled_s() >= 0.25
-        release.set()
-        assert 0.0 <= await asyncio.wait_for(pending, 30) <= 1.0
-        assert batcher.stalled_s() == 0.0
+        with held_call(batcher, "score") as release:
+            assert batcher.stalled_s() == 0.0
+            pending = asyncio.ensure_future(batcher.predict(framed(speech16k("agent-pass"))))
+            await asyncio.sleep(0.3)
+            assert batcher.stalled_s() >= 0.25
+            release.set()
+            assert 0.0 <= await asyncio.wait_for(pending, 30) <= 1.0
+            assert batcher.stalled_s() == 0.0
     finally:
-        release.set()
         await batcher.aclose()
 
 
