@@ -201,6 +201,12 @@ class Engines:
             except httpx.HTTPError as exc:
                 logger.warning(f"LLM warm-up failed ({exc}); the LLM server at {url} may be down")
 
+    def _final_from_pause(self) -> bool:
+        """``asr.final_from_pause`` where pauses are marked (the quiet trigger): elsewhere no pause partial ever comes,
+        and following every chunk's level would be work on each caller's audio for nothing."""
+        config = self.config
+        return config.asr.final_from_pause and "quiet" in parse_triggers(config.llm.speculate)
+
     def make_stt(self) -> Any:
         asr = self.config.asr
         if asr.engine == "whisper":
@@ -223,11 +229,11 @@ class Engines:
             socket = self.config.server.asr_engine_socket or self.config.server.engine_sockets[0]
             return ParakeetSTTService(RemoteStreamBatcher(socket, remote["sample_rate"]),
                                       model_name=remote["model"], language=asr.language,
-                                      ttfs_p99_latency=asr.ttfs_p99_s, final_from_pause=asr.final_from_pause)
+                                      ttfs_p99_latency=asr.ttfs_p99_s, final_from_pause=self._final_from_pause())
         if asr.engine == "parakeet":
             from asr.parakeet.stt_service import create_parakeet_stt
 
-            return create_parakeet_stt(asr)
+            return create_parakeet_stt(asr, final_from_pause=self._final_from_pause())
         raise ValueError(f"unknown asr.engine {asr.engine!r} (whisper, moonshine, parakeet)")
 
 

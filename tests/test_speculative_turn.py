@@ -59,3 +59,22 @@ def test_the_minimum_quiet_holds_segmented_turns_only():
     assert make_turn_strategies(config).stop[0]._min_quiet is None
     config.asr.engine, config.llm.speculate = "parakeet", "final"
     assert not isinstance(make_turn_strategies(config).stop[0], QuietTurnEndMixin)
+
+
+def test_the_stt_follows_chunk_levels_only_where_pauses_are_marked(tmp_path):
+    """``asr.final_from_pause`` reads every chunk's level; without the quiet trigger no pause partial comes, so the
+    Parakeet STT is built without it."""
+    pytest.importorskip("torch")
+    from agent.pipeline import Engines
+    from asr.parakeet.tiny import make_tiny_checkpoint
+
+    config = Config()
+    config.asr.engine, config.asr.model = "parakeet", str(make_tiny_checkpoint(tmp_path / "ckpt", vocab_size=64,
+                                                                             layers=1, seed=0))
+    config.asr.device, config.asr.dtype, config.asr.encoder_backend = "cpu", "float32", "eager"
+    engines = Engines(config, "http://127.0.0.1:9", "model", tts_engine=None)  # only its STT is built here
+    assert not engines.make_stt().final_from_pause  # llm.speculate = "final"
+    config.llm.speculate = "final+quiet"
+    assert engines.make_stt().final_from_pause
+    config.asr.final_from_pause = False
+    assert not engines.make_stt().final_from_pause

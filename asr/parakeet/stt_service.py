@@ -92,7 +92,7 @@ class ParakeetSTTService(STTService):
 
     def __init__(self, batcher: StreamBatcher, *, preroll_s: float = 0.4, language: str = "en",
                  ttfs_p99_latency: float | None = 1.0, model_name: str = "parakeet-tdt", stable_partials: int = 2,
-                 final_from_pause: bool = True,
+                 final_from_pause: bool = True,  # only useful where CallerPauseFrames come: it reads every chunk's level
                  **kwargs: Any) -> None:
         kwargs.setdefault("settings", STTSettings(model=model_name, language=language))
         super().__init__(ttfs_p99_latency=ttfs_p99_latency, **kwargs)
@@ -306,6 +306,5 @@ def create_parakeet_stt(asr_config: Any, **kwargs: Any) -> ParakeetSTTService:
         model_name=Path(str(batcher.engine.checkpoint.source)).name or "parakeet-tdt",
         language=getattr(asr_config, "language", "en"),
         ttfs_p99_latency=getattr(asr_config, "ttfs_p99_s", 1.0),
-        final_from_pause=getattr(asr_config, "final_from_pause", True),
-        **kwargs,
+        **{"final_from_pause": getattr(asr_config, "final_from_pause", True), **kwargs},
     )
