@@ -36,7 +36,7 @@ def _result_fields(result: StreamResult) -> dict[str, Any]:
 
 def _result(sid: int, header: dict) -> StreamResult:
     return StreamResult(sid, bool(header["final"]), header["text"], list(header["tokens"]), list(header["frames"]),
-                        list(header["durations"]), float(header["audio_s"]))
+                        list(header["durations"]), float(header["audio_s"]), bool(header.get("fresh")))
 
 
 class StreamHost:

@@ -104,6 +104,7 @@ class StreamResult:
     frames: list[int]
     durations: list[int]
     audio_s: float  # utterance audio consumed when this result was made
+    fresh: bool = False  # a decode of the whole utterance from the start state (what the final pass gives)
 
 
 @dataclass
@@ -235,11 +236,14 @@ class StreamSession:
         self.carry = carry
         self.decoded_frames = max(self.decoded_frames, end_frame)
         if not request.final:
-            self.partial_requested = self.fresh_requested = False
+            self.partial_requested = False
+            # a fresh partial asked while a chunk window was in flight is still owed (unless none is possible now)
+            if request.fresh or not self._fits_final_pass():
+                self.fresh_requested = False
             self._advance_partials()
         self._trim()
         return StreamResult(self.id, request.final, "", list(self.tokens), list(self.frames),
-                            list(self.durations), self.total_samples / self.config.sample_rate)
+                            list(self.durations), self.total_samples / self.config.sample_rate, fresh=request.fresh)
 
     def _trim(self) -> None:
         """Drop audio no future window needs (only once the utterance outgrew the left context)."""

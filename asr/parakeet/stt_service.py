@@ -12,7 +12,8 @@ the frame is pushed even when its text repeats the previous interim (once per te
 eager end of turn or a speculative LLM request (start the reply on the stable text, cancel it if
 the final differs or the caller goes on). ``request_partial()`` asks the batcher for a partial in
 its next tick whatever the cadence; a ``CallerPauseFrame`` (the VAD began its stop window) does so, and the
-first partial that holds the audio up to that pause is pushed even when its text repeats, marked ``at_pause``:
+first fresh partial (a whole-utterance decode, as the final pass makes; none comes for an utterance past the
+left context) that holds the audio up to that pause is pushed even when its text repeats, marked ``at_pause``:
 the text a speculative reply can start on ~0.1 s before the VAD's stop (``llm.speculate = "quiet"``). With
 ``final_from_pause``, if nothing audible came after that pause (``asr.eager_segment``'s level rule: under -40 dBFS
 and 30 dB under the utterance's peak), that partial is the utterance's final too: what a decode of the quiet after
@@ -237,7 +238,7 @@ class ParakeetSTTService(STTService):
         text = event.result.text
         if event.utterance <= self._finalized or not text:
             return
-        at_pause = (self._pause_at_s is not None and event.utterance == self._utterance
+        at_pause = (self._pause_at_s is not None and event.utterance == self._utterance and event.result.fresh
                     and event.result.audio_s >= self._pause_at_s)
         if at_pause:
             self._pause_at_s = None

@@ -136,7 +136,7 @@ async def test_a_fresh_partial_asked_over_the_link_is_the_final_pass_of_the_audi
     remote = RemoteStreamBatcher(engine_socket)
     clip = _heard(synthetic_speech(1.0, seed=21))
     got: asyncio.Future = asyncio.get_running_loop().create_future()
-    paused = remote.open(on_partial=lambda result: got.done() or got.set_result(result))
+    paused = remote.open(on_partial=lambda result: result.fresh and not got.done() and got.set_result(result))
     try:
         remote.feed(paused, clip)
         remote.request_partial(paused, fresh=True)

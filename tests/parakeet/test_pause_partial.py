@@ -120,3 +120,23 @@ async def test_with_final_from_pause_off_the_final_is_decoded(batcher):
     finals_before = batcher.stats.finals
     _split(await _frames(batcher, pause=True, final_from_pause=False))
     assert batcher.stats.finals == finals_before + 1
+
+
+def test_a_fresh_partial_asked_while_a_chunk_window_decodes_is_still_owed(batcher):
+    """The pause's request can land while a chunk-by-chunk window is in flight: that window's result is not the
+    fresh decode (``fresh`` False, so the STT does not take it for the pause's partial) and the request stays owed."""
+    session = batcher.open()
+    try:
+        session.push(synthetic_speech(SPEECH_S, seed=21))
+        chunk_window = session.next_request()
+        assert chunk_window is not None and not chunk_window.fresh
+        session.partial_requested = session.fresh_requested = True  # request_partial(fresh=True), mid-tick
+        (seq, carry, end), = batcher.process([chunk_window])
+        assert not session.apply(chunk_window, seq, carry, end).fresh
+        assert session.fresh_requested and session.partial_due()
+        owed = session.next_request()
+        assert owed is not None and owed.fresh
+        (seq, carry, end), = batcher.process([owed])
+        assert session.apply(owed, seq, carry, end).fresh and not session.fresh_requested
+    finally:
+        batcher.close(session)
