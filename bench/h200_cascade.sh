@@ -94,6 +94,14 @@ if [ "${DRY_RUN:-0}" = 1 ]; then
   TINY=(--tiny)
 fi
 say() { echo "[$(($(date +%s) - START)) s] $*" | tee -a "$OUT/summary.txt"; }
+# The serve waits while more than 120 s are left (the levels' reserve), and a cold start becomes ready ~130 s in
+# (checkpoints, the LLM server, Parakeet's profiles, Kokoro's graphs; ~85 s with REUSE_MODELS=1 on a warm machine):
+# a budget below that spends the device's time on a start that is stopped before any level (run 79).
+MIN_BUDGET_S=$(( ${REUSE_MODELS:-0} == 1 ? 220 : 260 ))
+if [ "${DRY_RUN:-0}" != 1 ] && [ "$BUDGET_S" -lt "$MIN_BUDGET_S" ]; then
+  say "BUDGET_S=$BUDGET_S is below $MIN_BUDGET_S s: the serve would be stopped before its first level; not started"
+  exit 2
+fi
 
 finish() {
   if [ -n "$SERVE_PID" ] && kill -0 "$SERVE_PID" 2>/dev/null; then
