@@ -243,22 +243,23 @@ COUNTED = {"cadence_llm_requests_total": "llm_requests", "cadence_turns_total": 
            "cadence_speculations_confirmed_total": "confirmed", "cadence_speculations_withdrawn_total": "withdrawn"}
 
 
-BY_LABEL = {"cadence_turn_ends_total": ("ends", "by")}  # counters kept per label: ends_model, ends_silence, ...
+# counters kept per label: ends_model, ends_silence, ...; withdrawn_resumed, withdrawn_newer_partial, ...
+BY_LABEL = {"cadence_turn_ends_total": ("ends", "by"), "cadence_speculations_withdrawn_total": ("withdrawn", "reason")}
 
 
 def server_counts(text: str) -> dict[str, float]:
     """The counters of ``COUNTED`` on a ``/metrics`` page (labels summed), by their short names; those of
-    ``BY_LABEL`` one per label value."""
+    ``BY_LABEL`` one per label value too."""
     from prometheus_client.parser import text_string_to_metric_families
 
     counts: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            short = COUNTED.get(sample.name)
+            names = [COUNTED.get(sample.name)]
             if sample.name in BY_LABEL:
                 prefix, label = BY_LABEL[sample.name]
-                short = f"{prefix}_{sample.labels.get(label, '')}"
-            if short is not None:
+                names.append(f"{prefix}_{sample.labels.get(label, '')}")
+            for short in filter(None, names):
                 counts[short] = counts.get(short, 0.0) + sample.value
     return counts
 

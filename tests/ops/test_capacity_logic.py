@@ -109,3 +109,17 @@ def test_curve_of_a_phone_level_with_no_data_is_still_drawn(tmp_path) -> None:
     out = tmp_path / "empty.png"
     plot(out, 0, [LevelResult(2, passed=False, reasons=["no judged turn"], transport="phone")], 1.2)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_server_counts_keep_the_withdrawn_speculations_by_reason() -> None:
+    """The capacity line reads the exporter's own page: the withdrawals summed and split by why."""
+    from agent.capacity.phone_ramp import server_counts
+    from agent.metrics.prometheus import CadenceCollector, make_registry, render
+    from agent.metrics.stages import StageMetrics
+    from agent.speculative_turn import SpeculationStats
+
+    stats = SpeculationStats(started={"quiet": 7, "final": 2}, confirmed=4, withdrawn={"resumed": 3, "newer_partial": 2})
+    page = render(make_registry(CadenceCollector(StageMetrics(), speculation=lambda: stats))).decode()
+    counts = server_counts(page)
+    assert counts["speculations"] == 9 and counts["confirmed"] == 4 and counts["withdrawn"] == 5
+    assert counts["withdrawn_resumed"] == 3 and counts["withdrawn_newer_partial"] == 2
