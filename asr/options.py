@@ -45,7 +45,8 @@ class ASRConfig:
     dtype: str = "float32"  # float32 | bfloat16
     # Shape profiles (batch x feature frames) for compiled / cuda_graphs / tensorrt encoders,
     # e.g. "4x1040,16x1040"; empty: for cuda_graphs on CUDA a set fitted to the streaming windows
-    # (asr.parakeet.encoders.shape_profiles.streaming_profiles), else the backend's defaults.
+    # (asr.parakeet.encoders.shape_profiles.streaming_profiles), else the backend's defaults. Frames may be
+    # "full" or "half" ("s64=64xfull"): the longest streaming window at the partial cadence, or half of it.
     profiles: str = ""
     # Most streaming windows per batcher tick (one encoder + one decoder call); 0: 256 on CUDA, 32 on CPU.
     stream_max_batch: int = 0

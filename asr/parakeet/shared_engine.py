@@ -5,6 +5,7 @@ No pipecat here: the pipecat service (``stt_service``) and the offline tools loa
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -54,13 +55,30 @@ def stream_config(asr_config: Any) -> StreamConfig:
 def stream_profiles(asr_config: Any, stream: StreamConfig, max_batch: int) -> str:
     """The encoder profiles for streaming: the configured ones, or for ``cuda_graphs`` on CUDA a set
     fitted to the stream windows at the partial cadence and the batch (full and half windows, one graph
-    per batch step: ``asr.parakeet.batcher.stream_encoder_profiles``), or "" (backend defaults)."""
+    per batch step: ``asr.parakeet.batcher.stream_encoder_profiles``), or "" (backend defaults).
+
+    A configured profile may give its frames as ``full`` or ``half`` (``s64=64xfull``): the longest window at
+    the partial cadence, or half of it, so the graphs follow ``asr.partial_interval_ms`` and the left context."""
     configured = str(getattr(asr_config, "profiles", "") or "")
-    if configured or asr_config.encoder_backend != "cuda_graphs" or not str(asr_config.device).startswith("cuda"):
+    if configured:
+        return window_sized(configured, stream)
+    if asr_config.encoder_backend != "cuda_graphs" or not str(asr_config.device).startswith("cuda"):
         return configured
     from asr.parakeet.batcher import stream_encoder_profiles
 
     return stream_encoder_profiles(stream, max_batch)
+
+
+def window_sized(profiles: str, stream: StreamConfig) -> str:
+    """``profiles`` with each ``xfull`` / ``xhalf`` replaced by the frames of ``stream``'s longest window at the
+    partial cadence, or of half of it (``asr.parakeet.batcher.stream_encoder_profiles``' two sizes)."""
+    if "full" not in profiles and "half" not in profiles:
+        return profiles
+    from asr.parakeet.encoders.shape_profiles import aligned_frames
+
+    full = aligned_frames(stream.max_window_samples // 160 + 1)
+    sizes = {"full": full, "half": aligned_frames(full // 2)}
+    return re.sub(r"x\s*(full|half)\b", lambda m: f"x{sizes[m.group(1)]}", profiles)
 
 
 def shared_parakeet_batcher(asr_config: Any, max_batch: int | None = None) -> StreamBatcher:

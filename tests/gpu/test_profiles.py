@@ -110,8 +110,30 @@ def test_serve_derives_stream_profiles_and_batch_for_cuda_graphs_on_cuda() -> No
     assert min(p.frames for p in derived) == 576
     assert max(p.batch for p in derived) == 256
     assert stream_profiles(SimpleNamespace(**{**vars(gpu), "profiles": "a=4x512"}), stream, 256) == "a=4x512"
+    # gpu.toml's four graphs named by window: the same shapes as the derived ones, and they follow the cadence
+    named = SimpleNamespace(**{**vars(gpu), "profiles": "h16=16xhalf,s64=64xfull"})
+    assert stream_profiles(named, stream, 256) == "h16=16x576,s64=64x1088"
+    slower = StreamConfig(left_context_s=10.0, partial_interval_ms=1920)
+    assert stream_profiles(named, slower, 256) == "h16=16x640,s64=64x1216"
+    assert max(p.frames for p in parse_profiles(stream_profiles(gpu, slower, 256)) if p.name != "lag") == 1216
     cpu = SimpleNamespace(device="cpu", encoder_backend="eager", profiles="", stream_max_batch=0)
     assert stream_profiles(cpu, stream, 32) == "" and stream_max_batch(cpu) == 32
     assert stream_max_batch(SimpleNamespace(device="cpu", stream_max_batch=64)) == 64
     with pytest.raises(ValueError, match="stream_max_batch"):
         stream_max_batch(SimpleNamespace(device="cpu", stream_max_batch=-1))
+
+
+def test_gpu_toml_captures_full_and_half_windows_at_its_cadence() -> None:
+    """examples/gpu.toml names its four graphs by window: 576 / 1,088 frames at its 640 ms cadence (the shapes
+    every GPU run so far captured), and they grow with a slower cadence instead of leaving its windows eager."""
+    from pathlib import Path
+
+    from agent.config import load_config
+    from asr.parakeet.shared_engine import stream_config, stream_profiles
+
+    config = load_config(str(Path(__file__).resolve().parents[2] / "examples/gpu.toml"))
+    assert stream_profiles(config.asr, stream_config(config.asr), 64) == "h16=16x576,h64=64x576,s16=16x1088,s64=64x1088"
+    config.asr.partial_interval_ms = 1920
+    stream = stream_config(config.asr)
+    longest = max(p.frames for p in parse_profiles(stream_profiles(config.asr, stream, 64)))
+    assert longest * 160 >= stream.max_window_samples
