@@ -21,10 +21,15 @@ from pipecat.observers.base_observer import BaseObserver, FramePushed
 
 
 class GoodbyeWatch(BaseObserver):
-    """Sets ``said`` when the bot finished speaking a stretch begun after ``speak`` entered the pipeline."""
+    """Sets ``said`` when the bot finished speaking a stretch begun after ``speak`` entered the pipeline.
+
+    Each frame is seen on its first push only: the output transport's ``BotStoppedSpeakingFrame`` for the answer
+    the goodbye interrupted travels on upstream, hop by hop, and a later hop of it could otherwise pass for the end
+    of the goodbye just after its start (CI saw the goodbye counted as said 1 ms after it began).
+    """
 
     def __init__(self, speak: TTSSpeakFrame) -> None:
-        super().__init__()
+        super().__init__(observe_every_push=False)
         self._speak = speak
         self._queued = False  # our speak frame was pushed: earlier speech is behind us
         self._speaking = False
@@ -32,6 +37,8 @@ class GoodbyeWatch(BaseObserver):
 
     async def on_push_frame(self, data: FramePushed) -> None:
         frame = data.frame
+        if not data.first_push:  # a later hop of a frame already judged
+            return
         if frame is self._speak:
             self._queued = True
         elif self._queued and isinstance(frame, BotStartedSpeakingFrame):

@@ -41,7 +41,7 @@ class SessionWatch(BaseObserver):
     """Notes when caller audio last entered the pipeline; holds the session's worker (for a goodbye)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(observe_every_push=False)  # a frame's first hop is its entry: not once per processor
         self.started = time.monotonic()
         self.last_input = self.started
         self.ended_by: str | None = None

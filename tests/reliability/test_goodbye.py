@@ -89,3 +89,30 @@ async def test_goodbye_interrupts_an_answer_in_progress_and_is_sent_whole():
         if caller is not None:
             await caller.close()
         await runner.cleanup()
+
+
+async def test_a_later_hop_of_the_interrupted_answers_stop_does_not_count_as_the_goodbye_said():
+    """The order CI met: the goodbye queued, the interrupted answer's stop (its upstream copy then hops on through
+    the pipeline), the goodbye's start; only the goodbye's own stop counts."""
+    from pipecat.frames.frames import BotStartedSpeakingFrame, BotStoppedSpeakingFrame
+    from pipecat.observers.base_observer import FramePushed
+    from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+
+    from agent.goodbye import GoodbyeWatch
+
+    speak = TTSSpeakFrame("Goodbye.")
+    watch = GoodbyeWatch(speak)
+    assert not watch.observe_every_push
+    a, b = FrameProcessor(), FrameProcessor()
+    answer_stopped = BotStoppedSpeakingFrame()
+
+    async def push(frame, first_push: bool = True) -> None:
+        await watch.on_push_frame(FramePushed(a, b, frame, FrameDirection.UPSTREAM, 0, first_push))
+
+    await push(speak)
+    await push(answer_stopped)
+    await push(BotStartedSpeakingFrame())
+    await push(answer_stopped, first_push=False)  # the answer's stop, one hop further upstream
+    assert not watch.said.is_set()
+    await push(BotStoppedSpeakingFrame())
+    assert watch.said.is_set()
