@@ -54,6 +54,14 @@ PartialCallback = Callable[[StreamResult], None]
 HALF_WINDOW_MAX_BATCH = 128
 
 
+def stream_window_frames(config: StreamConfig) -> tuple[int, int]:
+    """Feature frames of the longest window at the partial cadence, and of half of it (both aligned)."""
+    from asr.parakeet.encoders.shape_profiles import aligned_frames
+
+    full = aligned_frames(config.max_window_samples // 160 + 1)
+    return full, aligned_frames(full // 2)
+
+
 def stream_encoder_profiles(config: StreamConfig, max_batch: int) -> str:
     """Encoder shape profiles for a stream batcher: ``name=BATCHxFRAMES`` (``cuda_graphs``' format).
 
@@ -63,11 +71,10 @@ def stream_encoder_profiles(config: StreamConfig, max_batch: int) -> str:
     to ``min(max_batch, HALF_WINDOW_MAX_BATCH)``, for utterances shorter than half the left context
     (most turns of a conversation), which the engine groups by length (``encode(..., by_length=True)``).
     """
-    from asr.parakeet.encoders.shape_profiles import STREAM_BATCH_STEPS, aligned_frames, streaming_profiles
+    from asr.parakeet.encoders.shape_profiles import STREAM_BATCH_STEPS, streaming_profiles
 
     full = streaming_profiles(config.max_window_samples, max_batch)
-    frames = aligned_frames(config.max_window_samples // 160 + 1)
-    half = aligned_frames(frames // 2)
+    frames, half = stream_window_frames(config)
     if half >= frames:
         return full
     cap = min(max_batch, HALF_WINDOW_MAX_BATCH)

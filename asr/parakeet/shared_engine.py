@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from asr.parakeet.batcher import StreamBatcher
+from asr.parakeet.batcher import StreamBatcher, stream_window_frames
 from asr.parakeet.streaming import StreamConfig
 
 _SHARED: dict[tuple, StreamBatcher] = {}
@@ -74,10 +74,8 @@ def window_sized(profiles: str, stream: StreamConfig) -> str:
     partial cadence, or of half of it (``asr.parakeet.batcher.stream_encoder_profiles``' two sizes)."""
     if "full" not in profiles and "half" not in profiles:
         return profiles
-    from asr.parakeet.encoders.shape_profiles import aligned_frames
-
-    full = aligned_frames(stream.max_window_samples // 160 + 1)
-    sizes = {"full": full, "half": aligned_frames(full // 2)}
+    full, half = stream_window_frames(stream)
+    sizes = {"full": full, "half": half}
     return re.sub(r"x\s*(full|half)\b", lambda m: f"x{sizes[m.group(1)]}", profiles)
 
 
