@@ -156,7 +156,6 @@ class ManagedEngineProcess(SupervisedChild):
                     raise EngineProcessError(f"the engine process not ready after {self.start_timeout_s:.0f} s") \
                         from None
                 time.sleep(0.1)
-        self.up = True
         hosted = " + ".join(x for x in (self.info.get("name"), "parakeet" if self.info.get("asr") else None) if x)
         logger.info(f"{self.child_label} ready: {hosted} (pid {proc.pid}) on {self.socket_path} "
                     f"in {time.monotonic() - t0:.1f} s")

@@ -300,7 +300,6 @@ class ManagedLLMServer(SupervisedChild):
                 raise LLMServerError(f"{exc}; its last output:\n{tail}") from None
             raise
         self.model_id = self.model_name or reported
-        self.up = True
         logger.info(f"LLM server ready at {self.base_url} ({self.model_id}) in {time.monotonic() - t0:.1f} s")
 
     def start(self) -> ManagedLLMServer:
@@ -311,6 +310,7 @@ class ManagedLLMServer(SupervisedChild):
         except BaseException:
             self.stop()
             raise
+        self.up = True
         return self
 
     def stop(self) -> None:

@@ -75,6 +75,7 @@ class SupervisedChild:
         raise NotImplementedError
 
     def _wait_ready(self, proc: subprocess.Popen) -> None:
+        """Block until ``proc`` serves (raise if it cannot); the caller then sets ``up``, on the event loop."""
         raise NotImplementedError
 
     def stop(self) -> None:
@@ -103,6 +104,7 @@ class SupervisedChild:
         except BaseException:
             self.stop()
             raise
+        self.up = True
         return self
 
     async def supervise(self, poll_s: float = 0.5) -> None:
@@ -121,7 +123,8 @@ class SupervisedChild:
             try:
                 proc = self._spawn()
                 await asyncio.to_thread(self._wait_ready, proc)
-                self.restarts += 1
+                self.restarts += 1  # counted before ``up`` says so: a reader never sees it up and uncounted
+                self.up = True
                 backoff = 0.5
             except self.restart_errors as exc:
                 logger.error(f"{self.child_label} restart failed: {exc}")
