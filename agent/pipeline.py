@@ -362,7 +362,8 @@ def build_worker(
     stt = engines.make_stt()
     llm = CadenceLLMService(config.llm, engines.llm_url_for_call(), engines.llm_model, http_client=engines.llm_http(),
                             hold_after_tts=hold_audio)
-    tts = CadenceTTSService(engines.tts_engine, withdraw_on_cancel=hold_audio, phrase_cache=phrase_cache(engines))
+    tts = CadenceTTSService(engines.tts_engine, withdraw_on_cancel=hold_audio, phrase_cache=phrase_cache(engines),
+                            first_clause_max_words=config.tts.first_clause_max_words)
     control = CallControl(session_id, config.call)
     control.llm = llm
     context = make_context(engines.bot, llm, control, config.call)

@@ -55,7 +55,8 @@ class Stages:
         return CadenceLLMService(e.config.llm, e.llm_url_for_call(), e.llm_model, http_client=e.llm_http())
 
     def tts(self) -> CadenceTTSService:
-        return CadenceTTSService(self.engines.tts_engine, phrase_cache=phrase_cache(self.engines))
+        return CadenceTTSService(self.engines.tts_engine, phrase_cache=phrase_cache(self.engines),
+                                 first_clause_max_words=self.engines.config.tts.first_clause_max_words)
 
     def vad(self) -> Any:
         return make_vad(self.engines.config)

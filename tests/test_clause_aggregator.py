@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agent.config import Config
+from agent.pipeline import Engines, build_worker
+from transports.file_transport import CallScript, FileTransport
+from transports.params import transport_params
 from tts.clause_aggregator import ClauseTextAggregator
+from tts.service import CadenceTTSService
 
 
 async def chunks(agg: ClauseTextAggregator, tokens: list[str]) -> list[str]:
@@ -58,3 +68,39 @@ async def test_long_later_sentences_are_cut_at_clauses():
     got = await chunks(agg, [text])
     assert got == ["Hello there, my friend.", "One two three four five six seven eight nine ten,",
                    "eleven twelve.", "Short one, not cut."]
+
+
+async def test_an_unpunctuated_first_clause_is_cut_at_max_first_words():
+    words = " ".join(f"w{i}" for i in range(20)) + "."
+    got = await chunks(ClauseTextAggregator(max_first_words=6), [words])
+    assert got == [" ".join(f"w{i}" for i in range(6)), " ".join(f"w{i}" for i in range(6, 20)) + "."]
+    # a clause mark before the limit still cuts first; the limit applies to the first clause only
+    got = await chunks(ClauseTextAggregator(max_first_words=6), ["One two, three four five six seven eight."])
+    assert got == ["One two,", "three four five six seven eight."]
+    with pytest.raises(ValueError, match="max_first_words"):
+        ClauseTextAggregator(min_words=4, max_first_words=3)
+
+
+async def test_the_agent_pipeline_takes_the_limit_from_tts_first_clause_max_words():
+    config = Config()
+    config.tts.first_clause_max_words = 5
+    engines = Engines(config, "http://127.0.0.1:9/v1", "none", tts_engine=_NoTTS())
+    worker = build_worker(engines, FileTransport(transport_params(16000, 24000), CallScript([])))
+    tts = next(p for p in _processors(worker.pipeline) if isinstance(p, CadenceTTSService))
+    got = [a.text async for a in tts._text_aggregator.aggregate("a b c d e f g h ")]
+    assert got == ["a b c d e"]
+
+
+def _processors(processor: Any) -> Iterator[Any]:
+    for p in processor.processors:
+        yield p
+        yield from _processors(p)
+
+
+class _NoTTS:
+    """Stands in for the voice: only the pipeline's TTS stage is looked at."""
+
+    name, sample_rate = "none", 16000
+
+    def synthesize(self, text: str) -> Iterator[bytes]:
+        return iter(())

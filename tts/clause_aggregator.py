@@ -19,16 +19,21 @@ from pipecat.utils.text.base_text_aggregator import Aggregation, TextType
 from pipecat.utils.text.simple_text_aggregator import SimpleTextAggregator
 
 CLAUSE_MARKS = frozenset(",;:\n\u2014")
-# A first chunk with no punctuation at all is released at a word boundary after this many words.
+# A first chunk with no punctuation at all is released at a word boundary after this many words
+# (``tts.first_clause_max_words``).
 MAX_FIRST_WORDS = 12
 
 
 class ClauseTextAggregator(SimpleTextAggregator):
     """Sentence aggregation whose first chunk per reply may end at a clause mark."""
 
-    def __init__(self, min_words: int = 2, later_min_words: int = 10, **kwargs):
+    def __init__(self, min_words: int = 2, later_min_words: int = 10, max_first_words: int = MAX_FIRST_WORDS,
+                 **kwargs):
         super().__init__(**kwargs)
+        if max_first_words < max(1, min_words):
+            raise ValueError(f"max_first_words ({max_first_words}) must be at least min_words ({min_words}) and >= 1")
         self._min_words = min_words
+        self._max_first_words = max_first_words
         # Later chunks are sentences, but a long sentence is cut at a clause mark once it holds
         # this many words, so synthesis of a long sentence does not leave a gap in playback.
         self._later_min_words = later_min_words
@@ -40,7 +45,7 @@ class ClauseTextAggregator(SimpleTextAggregator):
             result = await self._check_sentence_with_lookahead(char)
             words = len(self._text.split()) if result is None and char in CLAUSE_MARKS | {" "} else 0
             if not self._first_sent:
-                cut = (char in CLAUSE_MARKS and words >= self._min_words) or (char == " " and words >= MAX_FIRST_WORDS)
+                cut = (char in CLAUSE_MARKS and words >= self._min_words) or (char == " " and words >= self._max_first_words)
             else:
                 cut = char in CLAUSE_MARKS and words >= self._later_min_words
             if words and cut:

@@ -110,7 +110,8 @@ def create_engine(config: TTSConfig, default_voice: Callable[[], Path] | None = 
             voice=config.voice, speed=config.speed, dtype=config.kokoro_dtype, compile=config.kokoro_compile,
             max_batch=config.kokoro_max_batch, cuda_graphs=config.kokoro_cuda_graphs,
             text_graphs=config.kokoro_text_graphs, graph_plan=config.kokoro_graph_plan,
-            first_lane=config.kokoro_first_lane, work_ahead_phonemes=config.kokoro_work_ahead_phonemes)
+            first_lane=config.kokoro_first_lane, work_ahead_phonemes=config.kokoro_work_ahead_phonemes,
+            first_clause_max_words=config.first_clause_max_words)
         try:
             from tts.kokoro.engine import KokoroEngine
         except ImportError as exc:

@@ -14,6 +14,9 @@ class TTSConfig:
     # The bot's fixed phrases (call.greeting, idle prompt, goodbyes, filler, llm.apology / empty_reply) synthesized
     # once per process and replayed on every later call (tts/phrase_cache.py). False: synthesized every time.
     cache_phrases: bool = True
+    # A reply's first clause is sent to synthesis at its first , ; : once it has 2 words, else at a word boundary
+    # after this many words (the caller's first audio waits for them to arrive token by token).
+    first_clause_max_words: int = 12
     # The Kokoro GPU engine (engine = "kokoro"; tts.kokoro.options.KokoroOptions has the reasoning):
     kokoro_dtype: str = "auto"  # the convolutional decoder's dtype: auto (float32) | bfloat16 | float16
     kokoro_compile: bool = False  # torch.compile the decoder's fused AdaIN/Snake steps (built during warm-up)

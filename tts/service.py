@@ -40,9 +40,13 @@ _DONE = object()
 class CadenceTTSService(TTSService):
     """Streams engine audio into the pipeline; the first clause is spoken early."""
 
-    def __init__(self, engine: TTSEngine, *, clause_min_words: int = 2, withdraw_on_cancel: bool = False,
-                 phrase_cache: PhraseCache | None = None, **kwargs):
-        """``phrase_cache``: the process's recorded fixed phrases (``tts.phrase_cache``); None: none."""
+    def __init__(self, engine: TTSEngine, *, clause_min_words: int = 2, first_clause_max_words: int = 12,
+                 withdraw_on_cancel: bool = False, phrase_cache: PhraseCache | None = None, **kwargs):
+        """``phrase_cache``: the process's recorded fixed phrases (``tts.phrase_cache``); None: none.
+
+        ``first_clause_max_words``: a reply's first clause with no clause mark is sent to synthesis after this many
+        words (``tts.first_clause_max_words``).
+        """
         super().__init__(
             push_start_frame=True,
             push_stop_frames=True,
@@ -50,7 +54,7 @@ class CadenceTTSService(TTSService):
             **kwargs,
         )
         self._engine = engine
-        self._text_aggregator = ClauseTextAggregator(min_words=clause_min_words)
+        self._text_aggregator = ClauseTextAggregator(min_words=clause_min_words, max_first_words=first_clause_max_words)
         self._untrimmed_context: str | None = None  # a reply whose first audio is still to come
         self._withdraw_on_cancel = withdraw_on_cancel
         self._phrase_cache = phrase_cache
