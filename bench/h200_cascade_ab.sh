@@ -9,6 +9,8 @@
 # arm's BUDGET_S (default 300: a warm arm was ready after 118-152 s in runs 72-73, and three levels take ~125 s);
 # FIRST_ARM_BUDGET_S: the first arm's (default ARM_BUDGET_S + 150): on a fresh machine it compiles the engines'
 # kernels (ready after 122-154 s in runs 58-60, 151 s in run 73). Two arms then fill a 600 s call: pass both.
+# REUSE_FIRST=1: the first arm too keeps the models an earlier call on this warm machine wrote (REUSE_MODELS=1), so
+# its budget can be a warm arm's (runs 81-85: three warm arms at one level in one 456 s call).
 set -u -o pipefail
 OUT=${OUT:-/tmp/cascade-ab}
 mkdir -p "$OUT"
@@ -16,7 +18,7 @@ IFS='|' read -r -a arms <<< "${ARMS:?ARMS, e.g. TTS_ENGINES=2|TTS_ENGINES=1}"
 for i in "${!arms[@]}"; do
   rm -rf /tmp/cascade-logs "$OUT/arm$i"
   echo "=== arm$i: ${arms[$i]}" | tee -a "$OUT/summary.txt"
-  reuse=0; [ "$i" -gt 0 ] && reuse=1
+  reuse=${REUSE_FIRST:-0}; [ "$i" -gt 0 ] && reuse=1
   budget=${ARM_BUDGET_S:-300}
   [ "$i" -eq 0 ] && budget=${FIRST_ARM_BUDGET_S:-$((budget + 150))}
   # shellcheck disable=SC2086  (the arm's K=V words become the environment of its run)
