@@ -14,7 +14,7 @@ to the TTS, and ``agent.speculative_audio_gate`` holds its audio (``agent.held_r
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 from loguru import logger
@@ -39,7 +39,7 @@ from agent.context_window import ContextWindow
 from agent.held_reply import UnheldSpeculationGate, mark_held_reply
 from agent.openai_http import llm_timeout, openai_httpx
 from agent.text_unescape import StreamUnescaper
-from agent.withdrawn_speculation import is_withdrawn
+from agent.withdrawn_speculation import is_withdrawn, speculation_of
 
 
 class RequestTotals:
@@ -47,6 +47,9 @@ class RequestTotals:
     a turn costs the LLM server (speculative ones withdrawn, empty replies retried)."""
 
     sent = 0
+    # speculative replies dropped at this stage (agent.withdrawn_speculation): withdrawn_unstarted (the request never
+    # went out), withdrawn_late (withdrawn while it streamed; the rest of its reply dropped)
+    dropped: ClassVar[dict[str, int]] = {"withdrawn_unstarted": 0, "withdrawn_late": 0}
 
 
 TOTALS = RequestTotals()
@@ -71,6 +74,10 @@ class CadenceLLMService(OpenAILLMService):
         self.unreachable_count = 0
         self.empty_count = 0
         self.withdrawn_unstarted = 0  # speculative requests dropped because their withdrawal came first
+        self.withdrawn_late = 0  # replies dropped because their speculation was withdrawn while they streamed
+        self._answering: object | None = None  # the speculation the request in flight answers (None: the turn's)
+        self._dropping = False  # the reply in flight was dropped from its start
+        self._counted_late = False
         self._unescape = StreamUnescaper()
         super().__init__(
             api_key=config.api_key,
@@ -101,13 +108,19 @@ class CadenceLLMService(OpenAILLMService):
         )
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
-        if isinstance(frame, LLMContextFrame) and is_withdrawn(getattr(frame, "speculation", None)):
-            self.withdrawn_unstarted += 1  # its cancel overtook it: answering now would answer the turn twice
-            logger.debug(f"{self}: a speculative request withdrawn before it started: dropped")
-            return
+        if isinstance(frame, LLMContextFrame):
+            speculation = speculation_of(frame)
+            if is_withdrawn(speculation):
+                self.withdrawn_unstarted += 1  # its cancel overtook it: answering now would answer the turn twice
+                TOTALS.dropped["withdrawn_unstarted"] += 1
+                logger.debug(f"{self}: a speculative request withdrawn before it started: dropped")
+                return
+            self._answering, self._dropping, self._counted_late = speculation, False, False
         await super().process_frame(frame, direction)
 
     async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM):
+        if self._withdrawn_reply(frame, direction):
+            return
         if isinstance(frame, LLMTextFrame) and direction == FrameDirection.DOWNSTREAM:
             frame.text = self._unescape.feed(frame.text)
             if not frame.text:
@@ -125,6 +138,28 @@ class CadenceLLMService(OpenAILLMService):
               and self._speculation_gate.is_speculating):  # its turn is not confirmed yet
             mark_held_reply(frame)
         await super().push_frame(frame, direction)
+
+    def _withdrawn_reply(self, frame: Frame, direction: FrameDirection) -> bool:
+        """A reply frame of a speculation withdrawn while its request streams: dropped (pipecat's service stops
+        the request only if it was speculating when the cancel came; a reply the cancel missed would reach the
+        caller after the turn's own)."""
+        if direction != FrameDirection.DOWNSTREAM or not is_withdrawn(self._answering):
+            return False
+        if isinstance(frame, LLMFullResponseStartFrame):
+            self._dropping = True  # its end goes too: nothing downstream saw it start
+        elif isinstance(frame, LLMFullResponseEndFrame):
+            if not self._dropping:
+                return False  # it started before the withdrawal: the TTS closes it (the cancel dropped its audio)
+            self._answering, self._dropping = None, False
+            return True
+        elif not isinstance(frame, LLMTextFrame):
+            return False
+        if not self._counted_late:
+            self._counted_late = True
+            self.withdrawn_late += 1
+            TOTALS.dropped["withdrawn_late"] += 1
+            logger.debug(f"{self}: a reply whose speculation was withdrawn while it streamed: dropped")
+        return True
 
     async def get_chat_completions(self, context: LLMContext) -> Any:
         TOTALS.sent += 1

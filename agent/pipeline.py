@@ -22,10 +22,7 @@ from pipecat.observers.base_observer import BaseObserver
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_context import NOT_GIVEN, LLMContext
-from pipecat.processors.aggregators.llm_response_universal import (
-    LLMContextAggregatorPair,
-    LLMUserAggregatorParams,
-)
+from pipecat.processors.aggregators.llm_response_universal import LLMUserAggregatorParams
 from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.transports.base_transport import BaseTransport
 from pipecat.turns.user_start import VADUserTurnStartStrategy
@@ -60,6 +57,7 @@ from agent.timed_vad import TimedVADProcessor
 from agent.tool_calls import ToolCallStyle, register_tools
 from agent.transcripts import CallTranscript
 from agent.turn_ends import count_stop_timeouts
+from agent.user_aggregator import CadenceAggregatorPair
 from agent.vad_batcher import BatchedSileroVADAnalyzer
 from tts.engines import TTSEngine, create_engine
 from tts.phrase_cache import PhraseCache, phrase_cache_for
@@ -367,11 +365,9 @@ def build_worker(
     control = CallControl(session_id, config.call)
     control.llm = llm
     context = make_context(engines.bot, llm, control, config.call)
-    aggregators = LLMContextAggregatorPair(
-        context,
-        user_params=LLMUserAggregatorParams(user_turn_strategies=strategies, user_idle_timeout=config.call.idle_after_s),
-    )
-    user_aggregator = aggregators.user()
+    # pipecat's pair, with each speculative request naming its speculation (agent.user_aggregator)
+    user_aggregator, assistant_aggregator = CadenceAggregatorPair(context, user_params=LLMUserAggregatorParams(
+        user_turn_strategies=strategies, user_idle_timeout=config.call.idle_after_s))
 
     count_stop_timeouts(user_aggregator, session_id)
 
@@ -387,13 +383,13 @@ def build_worker(
             *([FastBargeIn()] if fast_barge_in else []),
             make_vad_processor(config),
             stt,
-            aggregators.user(),
+            user_aggregator,
             *([] if config.audio.forward_input_past_turn else [InputAudioStop()]),
             llm,
             tts,
             *([SpeculativeAudioGate()] if hold_audio else []),
             transport.output(),
-            aggregators.assistant(),
+            assistant_aggregator,
         ]
     )
     worker = PipelineWorker(
@@ -410,7 +406,7 @@ def build_worker(
     )
     if config.runtime.inline_observers:  # ...and no proxy at all: called in place (agent/inline_observer.py)
         call_inline(worker, fan_out)
-    install_call_control(worker, aggregators.user(), control, transcript, ended_by)
+    install_call_control(worker, user_aggregator, control, transcript, ended_by)
     worker.cadence_call = control  # type: ignore[attr-defined]  (talk reads its tool log)
     worker.cadence_transcript = transcript  # type: ignore[attr-defined]
     return worker

@@ -29,7 +29,6 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import (
-    LLMContextAggregatorPair,
     LLMUserAggregatorParams,
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
@@ -41,6 +40,7 @@ from agent.config import Config
 from agent.finished_text_stop import FinishedTextStopMixin
 from agent.pipeline import make_turn_strategies
 from agent.turn_ends import BY, TURN_ENDS, count_stop_timeouts
+from agent.user_aggregator import CadenceAggregatorPair
 from transports.audio_io import load_audio
 
 CLIP = ASTERISK_DIR / "hello-world.wav"
@@ -112,7 +112,7 @@ async def _turn_end_after_vad_stop(finished_secs: float, speculate: str,
     frames = [VADUserStartedSpeakingFrame(start_secs=0.1), *_audio(speech, 0.0), *_audio(quiet, 0.0),
               VADUserStoppedSpeakingFrame(stop_secs=STOP_SECS), final,
               *_audio(np.zeros(16000 * 2, np.float32), 0.02)]  # 2 s of quiet, in real time
-    pair = LLMContextAggregatorPair(LLMContext(), user_params=LLMUserAggregatorParams(user_turn_strategies=strategies))
+    pair = CadenceAggregatorPair(LLMContext(), user_params=LLMUserAggregatorParams(user_turn_strategies=strategies))
     vad, out = StopAt(), Stamped()
     await run_test(Pipeline([vad, pair.user(), out]), frames_to_send=frames,
                    pipeline_params=PipelineParams(audio_in_sample_rate=16000))
@@ -178,7 +178,7 @@ def _run_turn(config: Config, frames: list[Frame], stop_timeout_s: float) -> Tur
         before = dict(TURN_ENDS)
         strategies = make_turn_strategies(config)
         context = LLMContext()
-        pair = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
+        pair = CadenceAggregatorPair(context, user_params=LLMUserAggregatorParams(
             user_turn_strategies=strategies, user_turn_stop_timeout=stop_timeout_s))
         count_stop_timeouts(pair.user(), "test")
         vad, out = StopAt(), Stamped()

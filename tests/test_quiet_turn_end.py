@@ -29,7 +29,6 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import (
-    LLMContextAggregatorPair,
     LLMUserAggregatorParams,
 )
 from pipecat.processors.audio.vad_processor import VADProcessor
@@ -44,6 +43,7 @@ from agent.models import moonshine_model_dir, whisper_model_dir
 from agent.pipeline import make_turn_strategies, make_vad
 from agent.speculative_turn import SpeculationStats
 from agent.turn_observer import TurnObserver, TurnTiming
+from agent.user_aggregator import CadenceAggregatorPair
 from asr.moonshine.stt import create_moonshine_stt
 from asr.moonshine.whisper_fallback import DEFAULT_BELOW
 from testkit.corpus import normalize
@@ -142,7 +142,7 @@ async def _run(server: ManagedLLMServer, audio: np.ndarray, min_quiet: float = M
     stats = SpeculationStats()
     strategies = make_turn_strategies(config, stats)
     context = LLMContext()
-    pair = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(user_turn_strategies=strategies))
+    pair = CadenceAggregatorPair(context, user_params=LLMUserAggregatorParams(user_turn_strategies=strategies))
     sent: list[float] = []
 
     async def note(request: httpx.Request) -> None:

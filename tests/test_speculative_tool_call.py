@@ -40,7 +40,6 @@ from pipecat.frames.frames import (
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_response_universal import (
-    LLMContextAggregatorPair,
     LLMUserAggregatorParams,
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
@@ -56,6 +55,7 @@ from agent.models import piper_voice
 from agent.pipeline import make_context, make_turn_strategies
 from agent.speculative_audio_gate import SpeculativeAudioGate
 from agent.speculative_turn import SpeculationStats
+from agent.user_aggregator import CadenceAggregatorPair
 from tts.engines import PiperEngine
 from tts.service import CadenceTTSService
 
@@ -158,7 +158,7 @@ class Call:
         # pipecat's 5 s stop watchdog would end a turn whose withdrawal is slow to come (and mask the bug): kept out
         params = LLMUserAggregatorParams(user_turn_strategies=make_turn_strategies(config, self.stats),
                                          user_turn_stop_timeout=WAIT_S)
-        pair = LLMContextAggregatorPair(self.context, user_params=params)
+        pair = CadenceAggregatorPair(self.context, user_params=params)
         self.turn, self.out = Tap("turn", delay_withdrawal=late), Tap("out")
         tts = CadenceTTSService(piper, withdraw_on_cancel=speculate_tts)
         gate = [SpeculativeAudioGate()] if speculate_tts else []

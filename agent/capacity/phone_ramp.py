@@ -244,7 +244,8 @@ COUNTED = {"cadence_llm_requests_total": "llm_requests", "cadence_turns_total": 
 
 
 # counters kept per label: ends_model, ends_silence, ...; withdrawn_resumed, withdrawn_newer_partial, ...
-BY_LABEL = {"cadence_turn_ends_total": ("ends", "by"), "cadence_speculations_withdrawn_total": ("withdrawn", "reason")}
+BY_LABEL = {"cadence_turn_ends_total": ("ends", "by"), "cadence_speculations_withdrawn_total": ("withdrawn", "reason"),
+            "cadence_llm_replies_dropped_total": ("dropped", "why")}
 
 
 def server_counts(text: str) -> dict[str, float]:

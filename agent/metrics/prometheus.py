@@ -12,6 +12,8 @@ Names (all prefixed ``cadence_``):
 - ``vad_windows_total``, ``vad_runs_total``: Silero windows scored and the batched ONNX runs that scored
   them (``agent.vad_batcher``; windows / runs is the mean batch);
 - ``llm_requests_total``: chat completions sent to the LLM server (``agent.llm_stage``);
+  ``llm_replies_dropped_total{why}``: speculative replies it dropped as withdrawn, ``withdrawn_unstarted`` /
+  ``withdrawn_late`` (``agent.withdrawn_speculation``);
   ``speculations_started_total{trigger}``, ``speculations_confirmed_total``, ``speculations_withdrawn_total{reason}``:
   speculative replies (``agent.speculative_turn``);
 - ``turn_ends_total{by}``: what ended the callers' turns, ``model`` / ``silence`` / ``finished_text`` / ``no_words`` / ``timeout``
@@ -157,6 +159,11 @@ def _llm_requests() -> Iterator[Metric]:
     if module is not None:
         yield CounterMetricFamily("cadence_llm_requests", "chat completions sent to the LLM server",
                                   value=module.TOTALS.sent)
+        dropped = CounterMetricFamily("cadence_llm_replies_dropped",
+                                      "speculative replies the LLM stage dropped as withdrawn", labels=["why"])
+        for why, count in module.TOTALS.dropped.items():
+            dropped.add_metric([why], count)
+        yield dropped
 
 
 def _turn_ends() -> Iterator[Metric]:

@@ -8,6 +8,7 @@ chat requests it served and which ones the client closed early.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from pipecat.frames.frames import (
     Frame,
     InputAudioRawFrame,
     InterimTranscriptionFrame,
+    LLMContextFrame,
     LLMFullResponseStartFrame,
     LLMTextFrame,
     TranscriptionFrame,
@@ -30,26 +32,29 @@ from pipecat.frames.frames import (
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.processors.aggregators.llm_response_universal import (
-    LLMContextAggregatorPair,
-    LLMUserAggregatorParams,
-)
+from pipecat.processors.aggregators.llm_response_universal import LLMUserAggregatorParams
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.turns.types import UserTurnSpeculation
 from pipecat.turns.user_start import VADUserTurnStartStrategy
 from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 from pipecat.utils.time import time_now_iso8601
 
+from agent.capacity.phone_ramp import server_counts
 from agent.config import LLMConfig
 from agent.llm_server import ManagedLLMServer, embedded_llama_server
 from agent.llm_stage import CadenceLLMService
+from agent.metrics.prometheus import CadenceCollector, make_registry, render
+from agent.metrics.stages import StageMetrics
 from agent.speculative_turn import (
     SpeculationPolicy,
     SpeculationStats,
     SpeculativeSpeechTimeoutStopStrategy,
     parse_triggers,
 )
+from agent.user_aggregator import CadenceAggregatorPair
+from agent.withdrawn_speculation import attach, is_withdrawn, mark_withdrawn, speculation_of
 from asr.parakeet.batcher import StreamBatcher
 from asr.parakeet.engine import ParakeetEngine
 from asr.parakeet.streaming import StreamConfig, StreamResult
@@ -134,6 +139,7 @@ class TurnRun:
     out: Stamped  # after the LLM stage
     stats: SpeculationStats
     requests_sent: list[float]  # when the LLM stage sent each chat request
+    mid: Stamped | None = None  # between the user aggregator and the LLM stage
 
 
 def _speech(clip: np.ndarray, pace_s: float = 0.004) -> list[Frame]:
@@ -159,7 +165,7 @@ async def _run(batcher: StreamBatcher, server: ManagedLLMServer, frames: list[Fr
     else:
         stop = SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=turn_wait_s)
     context = LLMContext()
-    pair = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
+    user, assistant = CadenceAggregatorPair(context, user_params=LLMUserAggregatorParams(
         user_turn_strategies=UserTurnStrategies(start=[VADUserTurnStartStrategy()], stop=[stop])))
     llm_config = llm_config or LLMConfig(temperature=0.0, max_tokens=24, request_timeout_s=120.0)
     sent: list[float] = []
@@ -172,7 +178,7 @@ async def _run(batcher: StreamBatcher, server: ManagedLLMServer, frames: list[Fr
     llm = CadenceLLMService(llm_config, server.base_url, server.model_id, http_client=http)
     taps, out = Stamped(), Stamped()
     stt = ParakeetSTTService(batcher, preroll_s=0.0, audio_passthrough=False)
-    pipeline = Pipeline([stt, taps, pair.user(), llm, out, pair.assistant()])
+    pipeline = Pipeline([stt, taps, user, llm, out, assistant])
     try:
         await run_test(pipeline, frames_to_send=frames, pipeline_params=PipelineParams(audio_in_sample_rate=16000))
     finally:
@@ -265,14 +271,29 @@ def _final(text: str) -> TranscriptionFrame:
     return frame
 
 
-async def _run_text(server: ManagedLLMServer, frames: list[Frame], speculate: str) -> TurnRun:
+class SlowHop(Stamped):
+    """A busy hop: each request (data frame) waits here ``delay_s`` while system frames pass at once, as they
+    do in pipecat when a call's loop is loaded."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        if isinstance(frame, LLMContextFrame):
+            await asyncio.sleep(self.delay_s)
+        await super().process_frame(frame, direction)
+
+
+async def _run_text(server: ManagedLLMServer, frames: list[Frame], speculate: str, hop_delay_s: float = 0.0
+                    ) -> TurnRun:
     """The aggregator and LLM stage fed transcript frames as ParakeetSTTService pushes them (the tiny random
     model's text changes with every partial, even over silence, so it never produces a stable one)."""
     stats = SpeculationStats()
     stop = SpeculativeSpeechTimeoutStopStrategy(user_speech_timeout=TURN_WAIT_S,
                                                 policy=SpeculationPolicy(parse_triggers(speculate)), stats=stats)
     context = LLMContext()
-    pair = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
+    user, assistant = CadenceAggregatorPair(context, user_params=LLMUserAggregatorParams(
         user_turn_strategies=UserTurnStrategies(start=[VADUserTurnStartStrategy()], stop=[stop])))
     sent: list[float] = []
 
@@ -281,12 +302,12 @@ async def _run_text(server: ManagedLLMServer, frames: list[Frame], speculate: st
 
     http = httpx.AsyncClient(event_hooks={"request": [note]})
     llm = CadenceLLMService(LONG, server.base_url, server.model_id, http_client=http)
-    taps, out = Stamped(), Stamped()
+    taps, mid, out = Stamped(), SlowHop(hop_delay_s), Stamped()
     try:
-        await run_test(Pipeline([taps, pair.user(), llm, out, pair.assistant()]), frames_to_send=frames)
+        await run_test(Pipeline([taps, user, mid, llm, out, assistant]), frames_to_send=frames)
     finally:
         await http.aclose()
-    return TurnRun(context, taps, out, stats, sent)
+    return TurnRun(context, taps, out, stats, sent, mid)
 
 
 def _assert_one_confirmed(run: TurnRun, trigger: str) -> None:
@@ -345,6 +366,13 @@ async def test_a_caller_who_speaks_again_inside_the_stop_window_withdraws_the_qu
     assert run.stats.confirmed == 0 and len(run.requests_sent) == 2  # the withdrawn one and the turn's own
     assert _turns(run.context)[0] == ("user", "What time is it?") and len(_turns(run.context)) == 2
     assert len(run.out.frames(LLMFullResponseStartFrame)) == 1
+    # the speculative request names the speculation it answers, so the LLM stage sees it withdrawn (pipecat's own
+    # frame says only speculation=True); the turn's own request names none
+    assert run.mid is not None
+    speculative, own = run.mid.frames(LLMContextFrame)
+    assert speculative.speculation is True and speculation_of(speculative).text == "what time"
+    assert is_withdrawn(speculation_of(speculative))
+    assert not own.speculation and speculation_of(own) is None
 
 
 async def test_a_speculation_withdrawn_while_its_request_waited_at_the_llm_stage_never_runs(server):
@@ -352,11 +380,6 @@ async def test_a_speculation_withdrawn_while_its_request_waited_at_the_llm_stage
     pipecat's service, not yet speculating, ignores it: the request would then run as an orphan reply that the audio
     gate releases after the turn (run 78: two turns answered twice). The strategy marks what it withdraws and the
     LLM stage drops a marked context frame; an unmarked one is answered."""
-    from pipecat.frames.frames import LLMContextFrame
-    from pipecat.turns.types import UserTurnSpeculation
-
-    from agent.withdrawn_speculation import mark_withdrawn
-
     sent: list[float] = []
 
     async def note(request: httpx.Request) -> None:
@@ -368,11 +391,61 @@ async def test_a_speculation_withdrawn_while_its_request_waited_at_the_llm_stage
     withdrawn = UserTurnSpeculation(text="what time is it")
     mark_withdrawn(withdrawn)
     context = LLMContext(messages=[{"role": "user", "content": "What time is it?"}])
+    speculative = LLMContextFrame(context=context, speculation=True)  # as pipecat's user aggregator pushes it...
+    attach(speculative, withdrawn)  # ...and CadenceUserAggregator names its speculation
     try:
         await run_test(Pipeline([llm, out]), frames_to_send=[
-            LLMContextFrame(context=context, speculation=withdrawn), SleepFrame(sleep=1.0),
-            LLMContextFrame(context=context), SleepFrame(sleep=3.0)])
+            speculative, SleepFrame(sleep=1.0), LLMContextFrame(context=context), SleepFrame(sleep=3.0)])
     finally:
         await http.aclose()
     assert len(sent) == 1 and llm.withdrawn_unstarted == 1  # only the unmarked request went to the server
     assert len(out.frames(LLMFullResponseStartFrame)) == 1
+
+
+async def test_a_reply_whose_speculation_is_withdrawn_while_it_streams_is_dropped_from_there(server):
+    """pipecat's service stops a speculative request on its cancel only if it was already speculating when the cancel
+    came; a reply the cancel missed streamed on, and the caller heard it after the turn's own. The LLM stage drops
+    the rest of a reply whose speculation is marked withdrawn, whatever pipecat's state."""
+    speculation = UserTurnSpeculation(text="what time is it")
+    streaming: list[float] = []
+
+    async def note(request: httpx.Request) -> None:
+        if not streaming:  # the first request is on its way: withdraw it (no cancel frame: the one that was missed)
+            streaming.append(time.monotonic())
+            mark_withdrawn(speculation)
+
+    http = httpx.AsyncClient(event_hooks={"request": [note]})
+    llm = CadenceLLMService(LONG, server.base_url, server.model_id, http_client=http)
+    out = Stamped()
+    context = LLMContext(messages=[{"role": "user", "content": "What time is it?"}])
+    speculative = LLMContextFrame(context=context, speculation=True)
+    attach(speculative, speculation)
+    try:
+        await run_test(Pipeline([llm, out]), frames_to_send=[
+            speculative, SleepFrame(sleep=4.0), LLMContextFrame(context=context), SleepFrame(sleep=4.0)])
+    finally:
+        await http.aclose()
+    assert llm.withdrawn_late == 1 and llm.withdrawn_unstarted == 0
+    # /metrics says so, and the capacity tool reads it per level
+    page = render(make_registry(CadenceCollector(StageMetrics()))).decode()
+    assert server_counts(page)["dropped_withdrawn_late"] >= 1
+    starts = [t for t, f in out.seen if isinstance(f, LLMFullResponseStartFrame)]
+    texts = [t for t, f in out.seen if isinstance(f, LLMTextFrame) and f.text.strip()]
+    # every word heard is the turn's own reply: none of the withdrawn one got past the stage
+    assert texts and len(starts) in (1, 2) and min(texts) > starts[-1], (starts, texts[:3])
+
+
+async def test_a_quiet_speculation_withdrawn_right_after_its_request_is_not_answered_too(server):
+    """The caller speaks again just as the quiet speculation goes out: its withdrawal (a system frame) overtakes the
+    request at the LLM stage, where pipecat ignores a cancel while not yet speculating. The turn gets one reply."""
+    frames = [VADUserStartedSpeakingFrame(start_secs=0.1), CallerPauseFrame(quiet=True),
+              _partial("what time", 1, 0.8, at_pause=True), SleepFrame(sleep=0.05), CallerPauseFrame(quiet=False),
+              _partial("what time is it", 1, 1.44), VADUserStoppedSpeakingFrame(stop_secs=0.2),
+              _final("What time is it?"), SleepFrame(sleep=TURN_WAIT_S + 3)]
+    run = await _run_text(server, frames, "quiet", hop_delay_s=0.3)
+    assert run.stats.started == {"quiet": 1} and run.stats.withdrawn == {"resumed": 1}
+    starts = run.out.frames(LLMFullResponseStartFrame)
+    assert len(starts) == 1, f"{len(starts)} replies to one turn"
+    assert len(run.requests_sent) == 1  # the withdrawn request never went out
+    assert _turns(run.context)[0] == ("user", "What time is it?") and len(_turns(run.context)) == 2
+
