@@ -201,17 +201,19 @@ class CadenceLLMService(OpenAILLMService):
                 self._produced_text = False
                 self._called_tools = False
                 await super()._process_context(context)
-                if self._produced_text or self._called_tools:
-                    return
+                if self._produced_text or self._called_tools or is_withdrawn(self._answering):
+                    return  # a withdrawn reply's text was dropped here, not missing: no retry, nothing said
                 logger.warning(f"{self}: the LLM returned no text (attempt {attempt + 1})")
             self.empty_count += 1
             await self.push_frame(TTSSpeakFrame(self._empty_reply))
         except UNREACHABLE as exc:
-            await self._apologize(f"LLM server unreachable at {self._client.base_url}: {exc}")
+            if not is_withdrawn(self._answering):  # nobody waits for a withdrawn reply
+                await self._apologize(f"LLM server unreachable at {self._client.base_url}: {exc}")
         except APIStatusError as exc:
             if exc.status_code < 500:
                 raise
-            await self._apologize(f"LLM server error {exc.status_code} at {self._client.base_url}")
+            if not is_withdrawn(self._answering):
+                await self._apologize(f"LLM server error {exc.status_code} at {self._client.base_url}")
 
     async def _apologize(self, message: str) -> None:
         self.unreachable_count += 1

@@ -25,6 +25,7 @@ from pipecat.frames.frames import (
     LLMFullResponseStartFrame,
     LLMTextFrame,
     TranscriptionFrame,
+    TTSSpeakFrame,
     UserStoppedSpeakingFrame,
     VADUserStartedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
@@ -407,12 +408,12 @@ async def test_a_reply_whose_speculation_is_withdrawn_while_it_streams_is_droppe
     came; a reply the cancel missed streamed on, and the caller heard it after the turn's own. The LLM stage drops
     the rest of a reply whose speculation is marked withdrawn, whatever pipecat's state."""
     speculation = UserTurnSpeculation(text="what time is it")
-    streaming: list[float] = []
+    sent: list[float] = []
 
     async def note(request: httpx.Request) -> None:
-        if not streaming:  # the first request is on its way: withdraw it (no cancel frame: the one that was missed)
-            streaming.append(time.monotonic())
+        if not sent:  # the first request is on its way: withdraw it (no cancel frame: the one that was missed)
             mark_withdrawn(speculation)
+        sent.append(time.monotonic())
 
     http = httpx.AsyncClient(event_hooks={"request": [note]})
     llm = CadenceLLMService(LONG, server.base_url, server.model_id, http_client=http)
@@ -426,6 +427,8 @@ async def test_a_reply_whose_speculation_is_withdrawn_while_it_streams_is_droppe
     finally:
         await http.aclose()
     assert llm.withdrawn_late == 1 and llm.withdrawn_unstarted == 0
+    # its dropped text is not an empty reply: no retry, and no "empty reply" phrase in its place
+    assert len(sent) == 2 and llm.empty_count == 0 and not out.frames(TTSSpeakFrame)
     # /metrics says so, and the capacity tool reads it per level
     page = render(make_registry(CadenceCollector(StageMetrics()))).decode()
     assert server_counts(page)["dropped_withdrawn_late"] >= 1
