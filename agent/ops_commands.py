@@ -50,7 +50,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
 
         url = (args.url or f"http://{config.server.host}:{config.server.port}").rstrip("/")
         popts = PhoneRampOptions(url=url, ramp=levels, warmup_s=args.warmup, hold_s=args.hold,
-                                 max_wait_s=args.max_wait, refine=not args.no_refine, all_levels=args.all_levels,
+                                 connect_s=args.connect_over, max_wait_s=args.max_wait, refine=not args.no_refine, all_levels=args.all_levels,
                                  metrics_url=(args.metrics_url or "").rstrip("/"),
                                  records_dir=str(out_dir) if args.records else "")
         meta["options"] = vars(popts) | {"ramp": list(levels)}
@@ -169,6 +169,9 @@ def register(sub: Any) -> None:
     p.add_argument("--levels", default="1,2,4,8,16,32,64", help="concurrency ramp (default: 1,2,4,...,64)")
     p.add_argument("--hold", type=float, default=45.0, help="seconds each level is judged (default 45)")
     p.add_argument("--warmup", type=float, default=10.0, help="seconds to reach steady state (default 10)")
+    p.add_argument("--connect-over", type=float, default=0.0, metavar="SECONDS",
+                   help="phone transport: callers connect at random times over SECONDS (default 0.6 x --warmup); "
+                        "about one turn cycle (~11 s) spreads their turns evenly; keep it under --warmup")
     p.add_argument("--max-wait", type=float, default=15.0,
                    help="a reply that has not begun this long after the caller's end of speech is unanswered (a "
                         "reply that began is heard out)")

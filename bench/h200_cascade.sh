@@ -20,7 +20,7 @@
 # timelines, records-N.json.gz: cadence capacity --records),
 # summary.txt, logs.tar.gz (every log), nvidia-smi.csv and compile_cache.tar (bench/compile_cache.sh: carry
 # ".compile_cache" in the next call to skip the compiles this one did).
-# Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS
+# Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT CONNECT_S LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS
 # ENGINE_PROCESS ASR_ENGINE_PROCESS TTS_ENGINES KOKORO_COMPILE KOKORO_DTYPE CALIBRATE MPS STT_TEST KOKORO_TEST LLM_REPLICAS
 # LLM_SERVER LLAMA_ARGS.
 # LLM_SERVER=llama-server serves the LLM with llama.cpp's native server built with CUDA on the device
@@ -66,7 +66,7 @@ OUT=${OUT:-/tmp/cascade-out}
 LOGS=/tmp/cascade-logs
 mkdir -p "$OUT" "$LOGS" /tmp/cadence
 LEVELS=${LEVELS:-16,32,64,128,256,320}
-WARMUP=${WARMUP:-8}
+WARMUP=${WARMUP:-8}  # with CONNECT_S (capacity --connect-over, default 0.6 x WARMUP): e.g. WARMUP=14 CONNECT_S=11
 HOLD=${HOLD:-12}
 MAX_WAIT=${MAX_WAIT:-8}
 LLM_LEVELS=${LLM_LEVELS-1,8,32,64,128,256}
@@ -298,7 +298,7 @@ say "cadence serve ready; $(left) s left"
 CAP_T=$(($(left) - 20))
 timeout "$CAP_T" "$PY" -m agent.cli capacity --config examples/gpu.toml --transport phone \
   --url "http://127.0.0.1:$PORT" --metrics-url "http://127.0.0.1:$MPORT" --prompts .cascade/prompts.npz --levels "$LEVELS" --warmup "$WARMUP" \
-  --hold "$HOLD" --max-wait "$MAX_WAIT" --all-levels --no-refine --records --out-dir "$OUT" \
+  --connect-over "${CONNECT_S:-0}" --hold "$HOLD" --max-wait "$MAX_WAIT" --all-levels --no-refine --records --out-dir "$OUT" \
   --write-config "$OUT/cadence-capacity.toml" 2>&1 | tee "$LOGS/capacity.log" \
   | grep -E "phone callers|capacity:|results|error" | tee -a "$OUT/summary.txt"
 # Kokoro's load per 5 s over the levels (tick count, mean batch, busy, the first clauses' queue wait and the tick

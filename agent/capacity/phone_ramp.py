@@ -48,6 +48,10 @@ class PhoneRampOptions:
     ramp: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
     warmup_s: float = 10.0
     hold_s: float = 45.0
+    # Callers connect at uniform random times over this many seconds (0: 0.6 x warmup_s). Over about one turn
+    # cycle (a prompt and its ~7.5 s reply, ~11 s) their turns arrive evenly instead of in waves: runs 82-87
+    # at 256 callers saw waves of 58-144 turns 4-8 s apart, and first audio p50 413-1,353 ms from wave to wave.
+    connect_s: float = 0.0
     max_wait_s: float = 15.0
     refine: bool = True
     all_levels: bool = False  # run every level of the ramp, past failures too
@@ -277,6 +281,11 @@ async def worker_calls(http: Any, scrape_url: str) -> list[int]:
     return [int(r.get("sessions") or 0) for r in rows if isinstance(r, dict)]
 
 
+def connect_delay(rng: random.Random, opts: PhoneRampOptions) -> float:
+    """When a caller of a level connects, from the level's start: uniform over ``connect_s`` (0.6 x warm-up)."""
+    return rng.uniform(0.0, opts.connect_s or opts.warmup_s * 0.6)
+
+
 def deal_prompts(corpus: list[Prompt], caller: int, turns: int, callers: int) -> list[Prompt]:
     """Caller ``caller``'s prompts: disjoint across callers while the corpus lasts."""
     return [corpus[(caller + k * callers) % len(corpus)] for k in range(turns)]
@@ -296,7 +305,7 @@ async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions, 
     scraped: dict | None = None
 
     async def one(i: int) -> PhoneCallRecord:
-        await asyncio.sleep(rng.uniform(0.0, opts.warmup_s * 0.6))
+        await asyncio.sleep(connect_delay(rng, opts))
         return await phone_call(opts.ws_url, i, deal_prompts(corpus, i, turns, n), ticker, stop_at=stop_at,
                                 max_wait_s=opts.max_wait_s)
 

@@ -123,3 +123,16 @@ def test_server_counts_keep_the_withdrawn_speculations_by_reason() -> None:
     counts = server_counts(page)
     assert counts["speculations"] == 9 and counts["confirmed"] == 4 and counts["withdrawn"] == 5
     assert counts["withdrawn_resumed"] == 3 and counts["withdrawn_newer_partial"] == 2
+
+
+def test_callers_connect_over_the_warm_up_or_over_connect_s():
+    import random
+
+    from agent.capacity.phone_ramp import PhoneRampOptions, connect_delay
+
+    rng = random.Random(1)
+    default = [connect_delay(rng, PhoneRampOptions(warmup_s=8.0)) for _ in range(2000)]
+    assert min(default) >= 0.0 and max(default) <= 4.8 and max(default) > 4.5  # 0.6 x warm-up, as before
+    spread = [connect_delay(rng, PhoneRampOptions(warmup_s=14.0, connect_s=11.0)) for _ in range(2000)]
+    assert max(spread) <= 11.0 and max(spread) > 10.5
+    assert 0.2 < sum(d < 5.5 for d in spread) / len(spread) < 0.8  # uniform: about half in each half
