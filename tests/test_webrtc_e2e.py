@@ -73,7 +73,9 @@ async def test_caller_is_heard_and_answered(server):
             seen = len(turns)
             errors.append(wer(prompt.text, heard))
             assert errors[-1] <= TURN_WER_MAX, f"heard {heard!r} for {prompt.text!r}"
-            assert latency < 10.0
+            # a stuck reply, not a slow one: latency is bench/webrtc_latency.py's (1.2-2.4 s here alone; 10.6 s
+            # once on a CI box shared with a second suite)
+            assert latency < 20.0
             if i < len(prompts) - 1:  # wait until the bot's reply audio stops before speaking again
                 await _wait_quiet(caller, 1.5, 30.0)  # (after the last turn: ~16 s for nothing)
                 seen = len([t for t in await _turns(caller, url, timeout_s=1) if t["transcript"]])
