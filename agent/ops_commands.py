@@ -50,7 +50,8 @@ def cmd_capacity(args: argparse.Namespace) -> int:
 
         url = (args.url or f"http://{config.server.host}:{config.server.port}").rstrip("/")
         popts = PhoneRampOptions(url=url, ramp=levels, warmup_s=args.warmup, hold_s=args.hold,
-                                 connect_s=args.connect_over, max_wait_s=args.max_wait, refine=not args.no_refine, all_levels=args.all_levels,
+                                 connect_s=args.connect_over, max_wait_s=args.max_wait, refine=not args.no_refine,
+                                 all_levels=args.all_levels,
                                  metrics_url=(args.metrics_url or "").rstrip("/"),
                                  records_dir=str(out_dir) if args.records else "")
         meta["options"] = vars(popts) | {"ramp": list(levels)}

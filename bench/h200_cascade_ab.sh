@@ -10,7 +10,7 @@
 # FIRST_ARM_BUDGET_S: the first arm's (default ARM_BUDGET_S + 150): on a fresh machine it compiles the engines'
 # kernels (ready after 122-154 s in runs 58-60, 151 s in run 73). Two arms then fill a 600 s call: pass both.
 # REUSE_FIRST=1: the first arm too keeps the models an earlier call on this warm machine wrote (REUSE_MODELS=1), so
-# its budget can be a warm arm's (runs 81-85: three warm arms at one level in one 456 s call).
+# its budget can be a warm arm's (runs 84-86: three warm arms at one level in one 456 s call).
 set -u -o pipefail
 OUT=${OUT:-/tmp/cascade-ab}
 mkdir -p "$OUT"

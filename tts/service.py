@@ -29,7 +29,7 @@ from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TTSService
 
-from tts.clause_aggregator import ClauseTextAggregator
+from tts.clause_aggregator import MAX_FIRST_WORDS, ClauseTextAggregator
 from tts.engines import TTSEngine
 from tts.lead_trim import trim_leading_silence
 from tts.phrase_cache import PhraseCache
@@ -40,7 +40,7 @@ _DONE = object()
 class CadenceTTSService(TTSService):
     """Streams engine audio into the pipeline; the first clause is spoken early."""
 
-    def __init__(self, engine: TTSEngine, *, clause_min_words: int = 2, first_clause_max_words: int = 12,
+    def __init__(self, engine: TTSEngine, *, clause_min_words: int = 2, first_clause_max_words: int = MAX_FIRST_WORDS,
                  withdraw_on_cancel: bool = False, phrase_cache: PhraseCache | None = None, **kwargs):
         """``phrase_cache``: the process's recorded fixed phrases (``tts.phrase_cache``); None: none.
 
