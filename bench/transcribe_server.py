@@ -399,6 +399,9 @@ def main() -> None:
                 if "engine_busy_s" in after:  # the engine's time in its calls, against the level's wall time
                     busy = after["engine_busy_s"] - before["engine_busy_s"]
                     row["engine_busy_s"], row["engine_busy_frac"] = round(busy, 3), round(busy / run["wall_s"], 3)
+                if "batch_sizes" in after:  # batches of each size this level ran
+                    sizes = {k: v - before.get("batch_sizes", {}).get(k, 0) for k, v in after["batch_sizes"].items()}
+                    row["batch_sizes"] = {k: v for k, v in sorted(sizes.items(), key=lambda kv: -int(kv[0])) if v}
                 rows.append(row)
                 save(name, data, args.out)  # partial results survive a run cut short
                 print(f"{key:>6} clips x{c:<4d}: {row['audio_s_per_wall_s']:9.1f} audio s/s  "

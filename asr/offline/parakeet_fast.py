@@ -17,6 +17,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -70,6 +71,17 @@ def padded_batch(clips: Sequence[np.ndarray]) -> tuple[torch.Tensor, np.ndarray]
     for row, clip in zip(audio, clips, strict=True):
         row[: len(clip)] = clip
     return torch.from_numpy(audio), lengths
+
+
+@dataclass
+class _Launched:
+    """A batch handed to the transcriber: its windows' profile groups, and the GPU call (``flight``) or, off
+    CUDA, the sequences already computed."""
+
+    windows: int
+    groups: list[list[int]]
+    flight: Any
+    seqs: list[DecodedSeq] | None
 
 
 class FastParakeetWindowEngine:
@@ -133,13 +145,32 @@ class FastParakeetWindowEngine:
         window batcher sizes its batches by them); empty before a full warm-up."""
         return sorted((b, s) for (f, b), s in self.replay_s.items() if f == length_class)
 
+    @property
+    def pipelined(self) -> bool:
+        """Whether ``launch_windows`` returns before the GPU is done (the CUDA transcriber)."""
+        return hasattr(self.transcriber, "submit")
+
     def transcribe_windows(self, windows: list[np.ndarray], language: str | None) -> list[list[Word]]:
-        if not windows:
-            return []
-        groups = profile_groups([len(w) for w in windows], self.transcriber.profiles)
-        seqs = self.transcriber.transcribe(padded_batch([windows[i] for i in g]) for g in groups)
-        order = [i for g in groups for i in g]
-        words: list[list[Word]] = [[] for _ in windows]
+        return self.finish_windows(self.launch_windows(windows, language))
+
+    def launch_windows(self, windows: list[np.ndarray], language: str | None) -> _Launched:
+        """Enqueue a batch (on CUDA, without waiting for the GPU); ``finish_windows`` gives its words."""
+        groups = profile_groups([len(w) for w in windows], self.transcriber.profiles) if windows else []
+        batches = (padded_batch([windows[i] for i in g]) for g in groups)
+        submit = getattr(self.transcriber, "submit", None)
+        if submit is not None:
+            return _Launched(len(windows), groups, submit(batches), None)
+        return _Launched(len(windows), groups, None, self.transcriber.transcribe(batches))
+
+    def wait_encoded(self, launched: _Launched) -> None:
+        """Block until only the batch's decoding is left on the GPU (the time to hand over the next one)."""
+        if launched.flight is not None:
+            launched.flight.wait_encoded()
+
+    def finish_windows(self, launched: _Launched) -> list[list[Word]]:
+        seqs = self.transcriber.result(launched.flight) if launched.flight is not None else launched.seqs or []
+        order = [i for g in launched.groups for i in g]
+        words: list[list[Word]] = [[] for _ in range(launched.windows)]
         for i, seq in zip(order, seqs, strict=True):
             words[i] = self.words(seq)
         return words

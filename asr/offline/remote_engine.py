@@ -192,7 +192,7 @@ class RemoteBatcher:
                 for segment in segments:
                     unlink(segment)  # those not taken yet (a taken one is already unlinked)
 
-    async def health(self) -> dict[str, float]:
+    async def health(self) -> dict[str, Any]:
         rid, queue = self.link.open()
         try:
             self.link.send(("stats", rid))

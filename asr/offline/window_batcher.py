@@ -11,6 +11,10 @@ replay, not one per class it touches (with a length mix at 256 requests, closest
 straddling the 10/20/30 s profiles cost 1.7x the replays of length-sorted batches). Every window is its own engine input: windows of different requests are never
 packed into one input (Whisper, given six short prompts back to back, skipped one that repeated its
 neighbour's words). Results go back to each request's loop.
+
+An engine that runs asynchronously (``PipelinedEngine``: the CUDA Parakeet backend) gets the next batch
+as soon as the one in flight is encoded, so its encoder runs while the previous batch decodes and the
+host builds batches and settles words while the GPU works.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -78,6 +83,7 @@ class WindowBatcher:
         if os.environ.get("CADENCE_BATCH_COSTS") == "0":  # for A/B runs: every batch as full as it can be
             self._batch_costs = None
         self._streams = 0  # requests still sending parts (stream_parts)
+        self._busy_until = 0.0  # when the engine's last batch finished
         self._thread = threading.Thread(target=self._run, name="asr-batcher", daemon=True)
         self._thread.start()
 
@@ -156,12 +162,16 @@ class WindowBatcher:
             for it in items:
                 it.future.cancel()
 
-    async def health(self) -> dict[str, float]:
+    async def health(self) -> dict[str, Any]:
         """What ``/health`` shows of the engine: batches, windows, engine inputs, windows queued, and
-        the seconds the engine has spent in its calls (``engine_busy_s``: against wall time, whether it
-        waited on the host)."""
+        the seconds the engine had work (``engine_busy_s``: against wall time, whether it waited on the
+        host), and how many batches of each size it ran (``batch_sizes``)."""
+        sizes: dict[str, int] = {}
+        for n in list(self.stats.sizes):
+            sizes[str(n)] = sizes.get(str(n), 0) + 1
         return {"batches": self.stats.batches, "windows": self.stats.windows, "engine_inputs": self.stats.inputs,
-                "queued_windows": self.queued_windows, "engine_busy_s": round(self.stats.busy_s, 4)}
+                "queued_windows": self.queued_windows, "engine_busy_s": round(self.stats.busy_s, 4),
+                "batch_sizes": sizes}
 
     @property
     def queued_windows(self) -> int:
@@ -251,33 +261,95 @@ class WindowBatcher:
         return first[best] if own < self.max_batch and counts[best] > own else None
 
     def _run(self) -> None:
+        """The engine's thread. A pipelined engine gets the next batch once the one in flight is encoded (its
+        decoder still running), so the GPU never waits for the host to settle words or build a batch, and
+        each batch is chosen as late as that allows (from every window that arrived meanwhile)."""
+        pipelined = bool(getattr(self.engine, "pipelined", False))
+        if os.environ.get("CADENCE_PIPELINE_BATCHES") == "0":  # for A/B runs: one batch on the engine at a time
+            pipelined = False
+        flight: _Flight | None = None
         while True:
+            if flight is not None:
+                self.engine.wait_encoded(flight.ticket)  # type: ignore[attr-defined]
             with self._cond:
-                while not self._pending and not self._closed:
-                    self._cond.wait()
-                if self._closed:
+                batch = self._wait_batch() if flight is None else self._batch_now()
+                if batch is None and flight is None:  # closed: windows not started fail, none hangs
+                    left = [it for q in self._pending.values() for it in q]
+                    self._pending.clear()
+                    _hand_back(left, [None] * len(left), RuntimeError("the batcher is closed"))
                     return
-                if self._streams and self._fullest() < self.max_batch:
-                    # More windows are on their way (a long file decoding): a fuller batch costs the
-                    # engine no more than this one would.
-                    self._cond.wait_for(lambda: self._closed or not self._streams
-                                        or self._fullest() >= self.max_batch, timeout=self._linger_s())
-                    if self._closed or not self._pending:
-                        continue
-                batch = self._next_batch()
-            t0 = time.perf_counter()
-            try:
-                results = self.engine.transcribe_windows([it.audio for it in batch], batch[0].language)
-            except Exception as exc:  # the engine failed: fail these windows, keep serving
-                _hand_back(batch, [None] * len(batch), exc)
-                continue
-            self.stats.batches += 1
-            self.stats.windows += len(batch)
-            self.stats.inputs += len(batch)
-            self.stats.sizes.append(len(batch))
-            self.stats.audio_s += sum(len(it.audio) for it in batch) / self.engine.sample_rate
-            self.stats.busy_s += time.perf_counter() - t0
-            _hand_back(batch, results, None)
+            launched = self._launch(batch, pipelined) if batch else None
+            if flight is not None:
+                self._finish(flight)
+            flight = launched
+            if flight is not None and not pipelined:
+                self._finish(flight)
+                flight = None
+
+    def _wait_batch(self) -> list[_Item] | None:
+        """With the engine idle: the next batch, waiting for windows (None once closed). Holds the lock."""
+        while True:
+            while not self._pending and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return None
+            if self._streams and self._fullest() < self.max_batch:
+                # More windows are on their way (a long file decoding): a fuller batch costs the
+                # engine no more than this one would.
+                self._cond.wait_for(lambda: self._closed or not self._streams
+                                    or self._fullest() >= self.max_batch, timeout=self._linger_s())
+                if self._closed or not self._pending:
+                    continue
+            return self._next_batch()
+
+    def _batch_now(self) -> list[_Item] | None:
+        """With a batch in flight: the next one if one is worth starting now (a partial batch waits while
+        files still send windows: the flight's end brings more). Holds the lock."""
+        if not self._pending or self._closed or (self._streams and self._fullest() < self.max_batch):
+            return None
+        return self._next_batch()
+
+    def _launch(self, batch: list[_Item], pipelined: bool) -> _Flight | None:
+        t0 = time.perf_counter()
+        audio = [it.audio for it in batch]
+        try:
+            if pipelined:
+                ticket = self.engine.launch_windows(audio, batch[0].language)  # type: ignore[attr-defined]
+            else:
+                ticket = self.engine.transcribe_windows(audio, batch[0].language)
+        except Exception as exc:  # the engine failed: fail these windows, keep serving
+            _hand_back(batch, [None] * len(batch), exc)
+            return None
+        return _Flight(batch, ticket, t0, pipelined)
+
+    def _finish(self, flight: _Flight) -> None:
+        batch = flight.batch
+        try:
+            results = (self.engine.finish_windows(flight.ticket) if flight.pipelined  # type: ignore[attr-defined]
+                       else flight.ticket)
+        except Exception as exc:  # the engine failed: fail these windows, keep serving
+            _hand_back(batch, [None] * len(batch), exc)
+            return
+        end = time.perf_counter()
+        self.stats.batches += 1
+        self.stats.windows += len(batch)
+        self.stats.inputs += len(batch)
+        self.stats.sizes.append(len(batch))
+        self.stats.audio_s += sum(len(it.audio) for it in batch) / self.engine.sample_rate
+        # wall time with work on the engine: batches in flight together count once
+        self.stats.busy_s += end - max(flight.started, self._busy_until)
+        self._busy_until = end
+        _hand_back(batch, results, None)
+
+
+@dataclass(eq=False)
+class _Flight:
+    """A batch handed to the engine: its ticket (pipelined) or its words."""
+
+    batch: list[_Item]
+    ticket: Any
+    started: float
+    pipelined: bool
 
 
 def _hand_back(batch: list[_Item], results: Sequence[list[Word] | None], exc: BaseException | None) -> None:

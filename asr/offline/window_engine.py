@@ -6,12 +6,15 @@ this module imports none of them).
 An engine transcribes a batch of windows (mono float32 at ``sample_rate``, each at most
 ``plan.max_window_s`` long) and returns, per window, its words with times relative to the
 window's first sample. It is called from one thread at a time (the batcher's).
+
+An engine that runs asynchronously on a GPU may also be a ``PipelinedEngine``: the batcher then
+hands it the next batch while it decodes this one (``asr.offline.window_batcher``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -27,6 +30,21 @@ class WindowEngine(Protocol):
     languages: frozenset[str] | None  # None: any language the model detects
 
     def transcribe_windows(self, windows: list[np.ndarray], language: str | None) -> list[list[Word]]: ...
+
+
+class PipelinedEngine(WindowEngine, Protocol):
+    """``transcribe_windows`` split in three: ``launch_windows`` enqueues a batch and returns its ticket at
+    once, ``wait_encoded`` blocks until only the batch's decoding is left, ``finish_windows`` gives its words.
+    ``pipelined`` is False where launching computes everything (a CPU engine): the batcher then finishes each
+    batch before it starts the next."""
+
+    pipelined: bool
+
+    def launch_windows(self, windows: list[np.ndarray], language: str | None) -> Any: ...
+
+    def wait_encoded(self, ticket: Any) -> None: ...
+
+    def finish_windows(self, ticket: Any) -> list[list[Word]]: ...
 
 
 @dataclass(frozen=True)
