@@ -5,6 +5,11 @@ The fast Parakeet backend replays each profile at its whole batch, so 39 windows
 measured seconds of each batch size of the class (``engine.batch_costs(length_class)``), ``first_take`` returns
 the first batch of the cheapest set of replays that runs every pending window (largest batch first, so the
 oldest windows go now); the rest waits one batch and joins the windows that arrive meanwhile.
+
+A replay runs its whole batch, so a batch of 50 windows on a 64 profile leaves 14 rows that cost nothing:
+``replay_rows`` names the batch a take replays; the window batcher fills its free rows with shorter windows,
+and the engine runs such a batch as one replay of its longest class
+(``asr.offline.parakeet_fast.cheapest_groups``).
 """
 
 from __future__ import annotations
@@ -49,3 +54,11 @@ def first_take(pending: int, costs: Sequence[tuple[int, float]] | None, max_batc
     largest = max(b for b, _ in usable)
     # past a few of the largest batches the plan only adds more of them: plan the next few only
     return min(cheapest_plan(min(pending, 4 * largest), usable)[0], n)
+
+
+def replay_rows(take: int, costs: Sequence[tuple[int, float]] | None) -> int:
+    """The rows of the replay that runs ``take`` windows: the smallest profile batch holding them (``take``
+    itself without costs, or when no profile holds it)."""
+    fitting = [int(b) for b, _ in costs or () if b >= take]
+    return min(fitting, default=take)
+

@@ -27,7 +27,7 @@ from asr.offline.parakeet_engine import offline_words
 from asr.offline.plan import PlanOptions, plan_options
 from asr.offline.results import Word
 from asr.offline.window_engine import EngineSpec
-from asr.parakeet.encoders.shape_profiles import HOP, ShapeProfile, parse_profiles
+from asr.parakeet.encoders.shape_profiles import HOP, ShapeProfile, parse_profiles, plan_batches
 from asr.parakeet.encoders.shape_profiles import offline_profiles as default_profiles
 
 if TYPE_CHECKING:
@@ -60,6 +60,29 @@ def profile_groups(lengths: Sequence[int], profiles: Sequence[ShapeProfile]) -> 
             raise ValueError(f"a window of {frames} feature frames exceeds every encoder profile (max {classes[-1]})")
         groups.setdefault(fit, []).append(i)
     return [sorted(groups[c], key=lambda i: -int(lengths[i])) for c in sorted(groups)]
+
+
+def plan_cost(profiles: Sequence[ShapeProfile], replay_s: dict[tuple[int, int], float], count: int,
+              samples: int) -> float | None:
+    """Seconds of the replays that run ``count`` windows padded to ``samples`` (None: a replay not timed)."""
+    frames = int(samples) // HOP + 1
+    try:
+        return sum(replay_s[(p.frames, p.batch)] for p, _, _ in plan_batches(list(profiles), count, frames))
+    except (KeyError, ValueError):
+        return None
+
+
+def cheapest_groups(lengths: Sequence[int], groups: list[list[int]], profiles: Sequence[ShapeProfile],
+                    replay_s: dict[tuple[int, int], float]) -> list[list[int]]:
+    """``groups`` (one per length class), or all windows as one group padded to the longest when its replays
+    cost less by the timed ``replay_s``; ``groups`` as they are when any replay is not timed."""
+    if len(groups) < 2 or not replay_s:
+        return groups
+    split = [plan_cost(profiles, replay_s, len(g), max(int(lengths[i]) for i in g)) for g in groups]
+    merged = plan_cost(profiles, replay_s, len(lengths), max(int(n) for n in lengths))
+    if merged is None or any(c is None for c in split) or merged > sum(c for c in split if c is not None):
+        return groups
+    return [sorted(range(len(lengths)), key=lambda i: -int(lengths[i]))]
 
 
 def padded_batch(clips: Sequence[np.ndarray]) -> tuple[torch.Tensor, np.ndarray]:
@@ -155,7 +178,10 @@ class FastParakeetWindowEngine:
 
     def launch_windows(self, windows: list[np.ndarray], language: str | None) -> _Launched:
         """Enqueue a batch (on CUDA, without waiting for the GPU); ``finish_windows`` gives its words."""
-        groups = profile_groups([len(w) for w in windows], self.transcriber.profiles) if windows else []
+        lengths = [len(w) for w in windows]
+        groups = profile_groups(lengths, self.transcriber.profiles) if windows else []
+        # a batch the window batcher filled with shorter windows runs as one replay of its longest class
+        groups = cheapest_groups(lengths, groups, self.transcriber.profiles, self.replay_s)
         batches = (padded_batch([windows[i] for i in g]) for g in groups)
         submit = getattr(self.transcriber, "submit", None)
         if submit is not None:

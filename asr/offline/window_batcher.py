@@ -6,9 +6,11 @@ behind a 3 h one), seeding the batch with that request's oldest window, and fill
 the pending windows (of any request, same language) closest in length, so padding inside a
 batch stays small. An engine that runs fixed shapes (the fast Parakeet backend: one CUDA graph per
 length profile, replayed at its whole batch whatever the count) names each window's *length class*
-(``length_class``); a batch then holds windows of the seed's class only, so it costs one graph
+(``length_class``); a batch then holds windows of the seed's class, so it costs one graph
 replay, not one per class it touches (with a length mix at 256 requests, closest-length batches
-straddling the 10/20/30 s profiles cost 1.7x the replays of length-sorted batches). Every window is its own engine input: windows of different requests are never
+straddling the 10/20/30 s profiles cost 1.7x the replays of length-sorted batches). An engine that
+also names its replays' measured cost (``batch_costs``) gets the free rows of the replay filled with
+shorter windows, which ride along at no cost. Every window is its own engine input: windows of different requests are never
 packed into one input (Whisper, given six short prompts back to back, skipped one that repeated its
 neighbour's words). Results go back to each request's loop.
 
@@ -32,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from asr.offline.batch_cost import first_take
+from asr.offline.batch_cost import first_take, replay_rows
 from asr.offline.results import Word
 from asr.offline.window_engine import WindowEngine
 
@@ -82,6 +84,8 @@ class WindowBatcher:
         self._batch_costs = getattr(engine, "batch_costs", None)  # length class -> [(batch, replay s)]
         if os.environ.get("CADENCE_BATCH_COSTS") == "0":  # for A/B runs: every batch as full as it can be
             self._batch_costs = None
+        # a replay's free rows carry shorter windows (CADENCE_BATCH_FILL=0 for A/B runs: one class a batch)
+        self._fill = os.environ.get("CADENCE_BATCH_FILL") != "0"
         self._streams = 0  # requests still sending parts (stream_parts)
         self._busy_until = 0.0  # when the engine's last batch finished
         self._thread = threading.Thread(target=self._run, name="asr-batcher", daemon=True)
@@ -240,9 +244,24 @@ class WindowBatcher:
         target = len(seed.audio)
         others.sort(key=lambda it: abs(len(it.audio) - target))
         costs = self._batch_costs(seed.length_class) if self._batch_costs is not None else None
-        batch = [seed, *others[: first_take(1 + len(others), costs, self.max_batch) - 1]]
+        take = first_take(1 + len(others), costs, self.max_batch)
+        batch = [seed, *others[: take - 1]]
+        if costs and self._fill:
+            batch += self._filler(batch, min(replay_rows(take, costs), self.max_batch) - take)
         self._take(batch)
         return batch
+
+    def _filler(self, batch: list[_Item], rows: int) -> list[_Item]:
+        """Up to ``rows`` pending windows of shorter classes (same language) for a replay's free rows: they
+        ride along at no cost, and their own class needs fewer replays later. The longest classes first (a
+        window saves the most there), the oldest first within one."""
+        if rows <= 0:
+            return []
+        seed, taken = batch[0], set(map(id, batch))
+        shorter = [it for q in self._pending.values() for it in q
+                   if it.length_class < seed.length_class and it.language == seed.language and id(it) not in taken]
+        shorter.sort(key=lambda it: -it.length_class)  # stable: the round robin's order within a class
+        return shorter[:rows]
 
     def _fuller_seed(self, seed: _Item) -> _Item | None:
         """The oldest window of the (language, class) with the most pending windows, when ``seed``'s

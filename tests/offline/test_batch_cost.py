@@ -8,7 +8,7 @@ from itertools import combinations_with_replacement
 
 import numpy as np
 
-from asr.offline.batch_cost import cheapest_plan, first_take
+from asr.offline.batch_cost import cheapest_plan, first_take, replay_rows
 from asr.offline.window_batcher import WindowBatcher
 
 COSTS = [(16, 0.012), (64, 0.034)]  # a 16 and a 64 replay of one class, as an H200 times 10 s windows
@@ -112,3 +112,72 @@ def test_the_ab_knob_turns_the_costs_off(monkeypatch) -> None:  # type: ignore[n
         assert batcher._batch_costs is None
     finally:
         batcher.close()
+
+
+def test_replay_rows_is_the_smallest_profile_batch_holding_the_take() -> None:
+    assert [replay_rows(n, COSTS) for n in (1, 16, 17, 64, 65)] == [16, 16, 64, 64, 65]
+    assert replay_rows(5, None) == 5
+
+
+class ThreeClasses:
+    """Windows up to 0.1 / 0.2 / 0.3 s are classes 100 / 200 / 300, each replayed at a batch of 4. A window's
+    words are its first sample; the first batch waits until ``release``."""
+
+    name, sample_rate, max_batch, languages, plan = "three", 16000, 4, None, None
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.started, self.release = threading.Event(), threading.Event()
+
+    def length_class(self, samples: int) -> int:
+        return 100 * -(-samples // 1600)
+
+    def batch_costs(self, length_class: int) -> list[tuple[int, float]]:
+        return [(4, length_class / 1000)]
+
+    def transcribe_windows(self, windows: list[np.ndarray], language: str | None) -> list[list]:
+        self.started.set()
+        self.release.wait(30)
+        self.batches.append([self.length_class(len(w)) for w in windows])
+        return [[int(w[0])] for w in windows]
+
+
+def run_three_classes(engine: ThreeClasses) -> list[list[list]]:
+    """One short window first (the engine holds it), then three long, two mid and two short ones queued."""
+    batcher = WindowBatcher(engine)  # type: ignore[arg-type]
+
+    def w(k: int, seconds: float) -> np.ndarray:
+        return np.full(int(seconds * 16000), k, dtype=np.float32)
+
+    requests = [[w(0, 0.05)], [w(1, 0.3), w(2, 0.25), w(3, 0.28)], [w(4, 0.15), w(5, 0.2)], [w(6, 0.1)],
+                [w(7, 0.08)]]
+
+    async def go() -> list[list[list]]:
+        first = asyncio.create_task(batcher.transcribe(requests[0], None))
+        await asyncio.to_thread(engine.started.wait, 30)
+        rest = [asyncio.create_task(batcher.transcribe(r, None)) for r in requests[1:]]
+        await asyncio.sleep(0.2)
+        engine.release.set()
+        return list(await asyncio.gather(first, *rest))
+
+    try:
+        got = asyncio.run(go())
+    finally:
+        batcher.close()
+    assert got == [[[int(x[0])] for x in r] for r in requests]  # every window its own words
+    return got
+
+
+def test_a_replays_free_rows_carry_shorter_windows_the_longest_class_first() -> None:
+    """Three long windows leave one row of their batch-4 replay free: the oldest mid window takes it, so the
+    other mid window and the short ones need two more replays, not three."""
+    engine = ThreeClasses()
+    run_three_classes(engine)
+    assert engine.batches == [[100], [300, 300, 300, 200], [100, 100], [200]], engine.batches
+
+
+def test_the_ab_knob_turns_the_fill_off(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("CADENCE_BATCH_FILL", "0")
+    engine = ThreeClasses()
+    run_three_classes(engine)
+    assert all(len(set(b)) == 1 for b in engine.batches) and len(engine.batches) == 4, engine.batches

@@ -145,3 +145,39 @@ def test_the_batcher_keeps_each_batch_in_one_profile(tiny: Path) -> None:
     for windows, got in zip(requests, results, strict=True):
         assert got == [fast.transcribe_windows([w], None)[0] for w in windows]
     assert fast.length_class(1023 * 160) == 1024 and fast.length_class(1024 * 160) > 1024  # too long: its own
+
+
+def test_a_batch_of_two_classes_runs_as_one_replay_when_that_costs_less(tiny: Path) -> None:
+    """With timed replays, a batch the window batcher filled with shorter windows is padded to its longest
+    class and run as one replay (the shorter windows' words unchanged); when one replay per class costs less,
+    it is split by class as before. Untimed (no full warm-up), it is always split."""
+    from asr.offline.engine_factory import make_engine
+    from asr.offline.parakeet_fast import cheapest_groups
+    from testkit.offline_audio import speech_track
+
+    fast = make_engine(EngineSpec(engine="parakeet", model=str(tiny), device="cpu", parakeet_backend="fast",
+                                  profiles="a=4x256,b2=2x1024,b=4x1024"))
+    audio, _ = speech_track(20, seed=8)
+    windows = [audio[0:64000], audio[64000:112000], audio[112000:144000], audio[150000:170000]]  # 4, 3, 2, 1.25 s
+    lengths = [len(w) for w in windows]
+    groups = [[3, 2], [0, 1]]  # by class: a (2.5 s) then b (10.2 s)
+    profiles = fast.transcriber.profiles
+    assert cheapest_groups(lengths, groups, profiles, {}) == groups
+    merged = cheapest_groups(lengths, groups, profiles, {(256, 4): 0.010, (1024, 2): 0.012, (1024, 4): 0.016})
+    assert merged == [[0, 1, 2, 3]]
+    assert cheapest_groups(lengths, groups, profiles, {(256, 4): 0.004, (1024, 2): 0.008, (1024, 4): 0.030}) == groups
+
+    calls: list[int] = []
+    inner = fast.transcriber.transcribe
+
+    def counting(batches):  # type: ignore[no-untyped-def]
+        batches = list(batches)
+        calls.append(len(batches))
+        return inner(batches)
+
+    alone = [fast.transcribe_windows([w], None)[0] for w in windows]
+    fast.transcriber.transcribe = counting
+    fast.replay_s = {(256, 4): 0.010, (1024, 2): 0.012, (1024, 4): 0.016}
+    assert fast.transcribe_windows(windows, None) == alone and calls == [1]
+    fast.replay_s = {(256, 4): 0.004, (1024, 2): 0.008, (1024, 4): 0.030}
+    assert fast.transcribe_windows(windows, None) == alone and calls == [1, 2]
