@@ -335,7 +335,8 @@ async def report_load(server: EngineServer, every_s: float, tick_s: float = 0.05
             now = dataclasses.asdict(server.asr.stats)
             ticks = now["ticks"] - asr0["ticks"]
             parts.append(f"asr ticks {ticks} windows/tick {(now['windows'] - asr0['windows']) / ticks if ticks else 0:.1f}"
-                         f" busy {(now['busy_s'] - asr0['busy_s']) / (wall - wall0):.2f}")
+                         f" busy {(now['busy_s'] - asr0['busy_s']) / (wall - wall0):.2f}"
+                         f" (device {(now['device_s'] - asr0['device_s']) / (wall - wall0):.2f})")
             asr0 = now
         if turn0 is not None:
             now = dataclasses.asdict(server.turn.stats)

@@ -107,6 +107,7 @@ class TickStats:
     partials: int = 0  # partial results delivered
     audio_s: float = 0.0  # window audio encoded
     busy_s: float = 0.0  # time in the worker
+    device_s: float = 0.0  # of that, from the encoder's launch to the tokens on the host (the rest is host work)
 
 
 class StreamBatcher:
@@ -346,13 +347,16 @@ class StreamBatcher:
             if fresh:
                 bank.reset(torch.tensor(fresh, dtype=torch.long).to(device))
             rows = torch.tensor(slots, dtype=torch.long).to(device)
+            launched = time.perf_counter()
             encoded = self.engine.encode(audio, lengths, by_length=True)
             seqs = self.engine.decode_banked(encoded, bank, rows, start_frames=starts, end_frames=ends)
             carries: list[DecoderCarry | BankedCarry] = [BankedCarry(slot) for slot in slots]
         else:
+            launched = time.perf_counter()
             encoded = self.engine.encode(audio, lengths, by_length=True)
             seqs, plain = self.engine.decode(encoded, carry=[r.carry for r in requests], start_frames=starts,
                                              end_frames=ends)
             carries = list(plain)
+        self.stats.device_s += time.perf_counter() - launched
         return [(seq, carry, r.window_start_frame + end)
                 for r, seq, carry, end in zip(requests, seqs, carries, ends, strict=True)]

@@ -156,6 +156,7 @@ async def test_twenty_concurrent_sessions_never_mix(engine):
         finals.append(tuple(final.tokens))
     assert len(set(finals)) == len(finals)  # distinct utterances, so a mix-up could not go unseen
     assert batcher.stats.windows > 1.5 * batcher.stats.ticks  # sessions really shared ticks
+    assert 0 < batcher.stats.device_s < batcher.stats.busy_s  # the engine's calls are part of each tick's time
     # the same sessions carry on with a second utterance
     session, final = await _stream(batcher, clips[3], [])
     assert final.tokens == _offline(engine, clips[3]).tokens
