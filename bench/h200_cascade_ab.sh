@@ -6,7 +6,8 @@
 #
 # ARMS: the arms' extra environment, "|"-separated (each "K=V K=V"); the common knobs come from the environment.
 # Each arm's seven files go into $OUT/armN.tar.gz; the arms' summaries into $OUT/summary.txt. ARM_BUDGET_S: each
-# arm's BUDGET_S (default 300: a warm arm was ready after 118-152 s in runs 72-73, and three levels take ~125 s);
+# arm's BUDGET_S (default 300: a warm arm was ready after 115-152 s in runs 72-73 and 91-92, and three levels take
+# ~125 s; h200_cascade.sh refuses a warm arm's budget below 250 s);
 # FIRST_ARM_BUDGET_S: the first arm's (default ARM_BUDGET_S + 150): on a fresh machine it compiles the engines'
 # kernels (ready after 122-154 s in runs 58-60, 151 s in run 73). Two arms then fill a 600 s call: pass both.
 # REUSE_FIRST=1: the first arm too keeps the models an earlier call on this warm machine wrote (REUSE_MODELS=1), so
