@@ -27,7 +27,7 @@ import itertools
 import os
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,7 +62,7 @@ class BatchStats:
     inputs: int = 0  # engine inputs (one per window)
     audio_s: float = 0.0
     busy_s: float = 0.0
-    sizes: list[int] = field(default_factory=list)
+    sizes: Counter[int] = field(default_factory=Counter)  # batch size -> batches of that size
 
 
 def length_batches(lengths: Sequence[int], max_batch: int) -> list[list[int]]:
@@ -170,9 +170,7 @@ class WindowBatcher:
         """What ``/health`` shows of the engine: batches, windows, engine inputs, windows queued, and
         the seconds the engine had work (``engine_busy_s``: against wall time, whether it waited on the
         host), and how many batches of each size it ran (``batch_sizes``)."""
-        sizes: dict[str, int] = {}
-        for n in list(self.stats.sizes):
-            sizes[str(n)] = sizes.get(str(n), 0) + 1
+        sizes = {str(n): c for n, c in sorted(self.stats.sizes.items())}
         return {"batches": self.stats.batches, "windows": self.stats.windows, "engine_inputs": self.stats.inputs,
                 "queued_windows": self.queued_windows, "engine_busy_s": round(self.stats.busy_s, 4),
                 "batch_sizes": sizes}
@@ -289,7 +287,8 @@ class WindowBatcher:
         flight: _Flight | None = None
         while True:
             if flight is not None:
-                self.engine.wait_encoded(flight.ticket)  # type: ignore[attr-defined]
+                with contextlib.suppress(Exception):  # a device fault surfaces again in _finish, failing its batch
+                    self.engine.wait_encoded(flight.ticket)  # type: ignore[attr-defined]
             with self._cond:
                 batch = self._wait_batch() if flight is None else self._batch_now()
                 if batch is None and flight is None:  # closed: windows not started fail, none hangs
@@ -353,7 +352,7 @@ class WindowBatcher:
         self.stats.batches += 1
         self.stats.windows += len(batch)
         self.stats.inputs += len(batch)
-        self.stats.sizes.append(len(batch))
+        self.stats.sizes[len(batch)] += 1
         self.stats.audio_s += sum(len(it.audio) for it in batch) / self.engine.sample_rate
         # wall time with work on the engine: batches in flight together count once
         self.stats.busy_s += end - max(flight.started, self._busy_until)

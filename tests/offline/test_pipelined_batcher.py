@@ -51,7 +51,8 @@ class ThreadedEngine:
         return k, self.pool.submit(self.fast.transcribe_windows, windows, language)
 
     def wait_encoded(self, ticket: tuple[int, Future[Any]]) -> None:
-        pass
+        if ticket[0] == self.fail:  # a fault shows at the first sync on the batch
+            raise RuntimeError("device fault")
 
     def finish_windows(self, ticket: tuple[int, Future[Any]]) -> list[Any]:
         k, work = ticket
