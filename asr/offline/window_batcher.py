@@ -88,6 +88,10 @@ class WindowBatcher:
         self._fill = os.environ.get("CADENCE_BATCH_FILL") != "0"
         self._streams = 0  # requests still sending parts (stream_parts)
         self._busy_until = 0.0  # when the engine's last batch finished
+        # a pipelined engine gets the next batch while it decodes this one (CADENCE_PIPELINE_BATCHES=0 for A/B
+        # runs: one batch on the engine at a time)
+        self._pipelined = (bool(getattr(engine, "pipelined", False))
+                           and os.environ.get("CADENCE_PIPELINE_BATCHES") != "0")
         self._thread = threading.Thread(target=self._run, name="asr-batcher", daemon=True)
         self._thread.start()
 
@@ -281,9 +285,6 @@ class WindowBatcher:
         """The engine's thread. A pipelined engine gets the next batch once the one in flight is encoded (its
         decoder still running), so the GPU never waits for the host to settle words or build a batch, and
         each batch is chosen as late as that allows (from every window that arrived meanwhile)."""
-        pipelined = bool(getattr(self.engine, "pipelined", False))
-        if os.environ.get("CADENCE_PIPELINE_BATCHES") == "0":  # for A/B runs: one batch on the engine at a time
-            pipelined = False
         flight: _Flight | None = None
         while True:
             if flight is not None:
@@ -296,11 +297,11 @@ class WindowBatcher:
                     self._pending.clear()
                     _hand_back(left, [None] * len(left), RuntimeError("the batcher is closed"))
                     return
-            launched = self._launch(batch, pipelined) if batch else None
+            launched = self._launch(batch) if batch else None
             if flight is not None:
                 self._finish(flight)
             flight = launched
-            if flight is not None and not pipelined:
+            if flight is not None and not self._pipelined:
                 self._finish(flight)
                 flight = None
 
@@ -327,23 +328,23 @@ class WindowBatcher:
             return None
         return self._next_batch()
 
-    def _launch(self, batch: list[_Item], pipelined: bool) -> _Flight | None:
+    def _launch(self, batch: list[_Item]) -> _Flight | None:
         t0 = time.perf_counter()
         audio = [it.audio for it in batch]
         try:
-            if pipelined:
+            if self._pipelined:
                 ticket = self.engine.launch_windows(audio, batch[0].language)  # type: ignore[attr-defined]
             else:
                 ticket = self.engine.transcribe_windows(audio, batch[0].language)
         except Exception as exc:  # the engine failed: fail these windows, keep serving
             _hand_back(batch, [None] * len(batch), exc)
             return None
-        return _Flight(batch, ticket, t0, pipelined)
+        return _Flight(batch, ticket, t0)
 
     def _finish(self, flight: _Flight) -> None:
         batch = flight.batch
         try:
-            results = (self.engine.finish_windows(flight.ticket) if flight.pipelined  # type: ignore[attr-defined]
+            results = (self.engine.finish_windows(flight.ticket) if self._pipelined  # type: ignore[attr-defined]
                        else flight.ticket)
         except Exception as exc:  # the engine failed: fail these windows, keep serving
             _hand_back(batch, [None] * len(batch), exc)
@@ -367,7 +368,6 @@ class _Flight:
     batch: list[_Item]
     ticket: Any
     started: float
-    pipelined: bool
 
 
 def _hand_back(batch: list[_Item], results: Sequence[list[Word] | None], exc: BaseException | None) -> None:

@@ -34,8 +34,8 @@ class _Tokens:
 
     @classmethod
     def copy_out(cls, state: DecoderState, batch: int, most: int) -> _Tokens:
-        """Enqueue the copies on the current stream; ``most`` bounds the tokens a row can hold (its frames
-        times the symbols per frame), so a short profile does not copy a long one's buffers."""
+        """Enqueue the copies on the current stream; ``most`` bounds the tokens a row can hold (its longest
+        row's frames times the symbols per frame), so short windows do not copy a long state's buffers."""
         width = min(state.capacity, most)
         device = {
             "lengths": state.out_len[:batch].clamp(max=width),
@@ -161,16 +161,17 @@ class GpuTranscriber:
         for graph, decoder, piece in zip(graphs, decoders, pieces, strict=True):
             self.frontend.stage(graph, piece.audio, piece.sample_lengths)  # waits only for its last copy-in
             encoded, ready = self._launch(graph, piece, self._consumed)
+            lengths = host_encoder_lengths(piece.sample_lengths).tolist()
             with torch.cuda.stream(self.dec_stream):
                 self.dec_stream.wait_event(ready)
-                decoder.load(encoded, host_encoder_lengths(piece.sample_lengths).tolist())
+                decoder.load(encoded, lengths)
                 self._consumed = torch.cuda.Event()
                 self._consumed.record(self.dec_stream)
                 decoder.loop()
                 assert decoder.state is not None
-                frames = self.frontend.output_frames(piece.profile)
+                # a row emits at most max_symbols_per_frame tokens a frame: copy no more columns than that
                 parts.append(_Tokens.copy_out(decoder.state, int(piece.audio.shape[0]),
-                                              frames * self.label_looping.max_symbols_per_frame))
+                                              max(lengths, default=0) * self.label_looping.max_symbols_per_frame))
         done = torch.cuda.Event()
         done.record(self.dec_stream)
         return Flight(parts, ready, done)
