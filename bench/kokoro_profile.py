@@ -132,10 +132,18 @@ def profile_parts(engine: Any, items: list[Any]) -> dict[str, Any]:
             if ev.key in names:
                 parts[ev.key] = round(total / 1000, 3)
             continue
+        if ev.key in names:  # a range's span on the GPU (gaps included), not a kernel
+            continue
         if self_dev and str(getattr(ev, "device_type", "")).endswith("CUDA"):
             by_class[kernel_class(ev.key)] += self_dev / 1000
             top[ev.key] += self_dev / 1000
     kernels_ms = sum(by_class.values())
+    if cuda:  # kernel time launched inside each range: its CPU-side event's device total (no gaps)
+        parts = defaultdict(float)
+        for ev in prof.events():
+            if ev.name in names and str(getattr(ev, "device_type", "")).endswith("CPU"):
+                parts[ev.name] += (getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0.0)) / 1000
+        parts = {k: round(v, 3) for k, v in parts.items()}
     return {"kernels_ms": round(kernels_ms, 2), "parts_ms": parts,
             "classes_ms": {k: round(v, 2) for k, v in sorted(by_class.items(), key=lambda kv: -kv[1])},
             "top_kernels_ms": {k[:120]: round(v, 2) for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:25]}}
@@ -231,23 +239,51 @@ def time_convs(shapes: list[dict[str, int]], batch: int, dtype: torch.dtype, ite
     return rows
 
 
-def time_call(engine: Any, items: list[Any], iters: int) -> dict[str, float]:
+def _call_ms(engine: Any, items: list[Any], iters: int) -> float:
     model, bucket = engine.model, engine.options.frame_bucket
-    out = {}
-    for label, bench in (("cudnn_default", False), ("cudnn_benchmark", True)):
-        torch.backends.cudnn.benchmark = bench
-        for _ in range(2):
-            model.synthesize(items, frame_bucket=bucket)
-        times = []
-        for _ in range(iters):
-            sync()
-            t0 = time.perf_counter()
-            model.synthesize(items, frame_bucket=bucket)
-            sync()
-            times.append((time.perf_counter() - t0) * 1000)
-        out[label + "_ms"] = round(statistics.median(times), 2)
-        print(f"  one call of {len(items)} clauses, {label}: {out[label + '_ms']} ms", flush=True)
+    for _ in range(2):
+        model.synthesize(items, frame_bucket=bucket)
+    times = []
+    for _ in range(iters):
+        sync()
+        t0 = time.perf_counter()
+        model.synthesize(items, frame_bucket=bucket)
+        sync()
+        times.append((time.perf_counter() - t0) * 1000)
+    return round(statistics.median(times), 2)
+
+
+def time_calls(engine: Any, items: list[Any], iters: int, frames: int, compiled: bool, graphs: bool
+               ) -> dict[str, Any]:
+    """The batch's wall time per mode: eager (cuDNN's pick, then ``cudnn.benchmark``), the fused steps compiled,
+    and each replayed from CUDA graphs captured for this batch's size (decoder and text side), with the seconds
+    the compile and the captures took."""
+    model = engine.model
+    out: dict[str, Any] = {}
+    modes = [("eager", False, False)] + ([("compiled", True, False)] if compiled else [])
+    modes += [(f"{m}_graphs", c, True) for m, c, _ in list(modes)] if graphs and torch.cuda.is_available() else []
     torch.backends.cudnn.benchmark = False
+    for label, comp, replay in modes:
+        t0 = time.perf_counter()
+        model.set_compiled(comp)
+        model.graphs = model.text_graphs = None
+        if replay:
+            step = -(-frames // 32) * 32
+            tokens = -(-max(len(u.ids) + 2 for u in items) // 32) * 32
+            model.enable_decoder_graphs(len(items), frame_step=step, max_frames=step, max_cells=len(items) * step)
+            model.enable_text_graphs(len(items), token_step=tokens, max_tokens=tokens, max_cells=len(items) * tokens)
+        model.synthesize(items, frame_bucket=engine.options.frame_bucket)
+        sync()
+        out[label + "_setup_s"] = round(time.perf_counter() - t0, 1)
+        out[label + "_ms"] = _call_ms(engine, items, iters)
+        print(f"  one call of {len(items)} clauses, {label}: {out[label + '_ms']} ms "
+              f"(setup {out[label + '_setup_s']} s)", flush=True)
+    if not graphs:
+        torch.backends.cudnn.benchmark = True
+        out["eager_cudnn_benchmark_ms"] = _call_ms(engine, items, iters)
+        torch.backends.cudnn.benchmark = False
+    model.graphs = model.text_graphs = None
+    model.set_compiled(False)
     return out
 
 
@@ -258,6 +294,8 @@ def main() -> None:
     p.add_argument("--clause-s", type=float, default=0.0,
                    help="audio seconds of a clause for the conv shapes (0: the batch's padded length)")
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--compile", action="store_true", help="also time and profile the fused steps compiled")
+    p.add_argument("--graphs", action="store_true", help="also time each mode replayed from CUDA graphs")
     p.add_argument("--out", default="")
     p.add_argument("--smoke", action="store_true", help="the tiny configuration on the CPU (checks the script only)")
     args = p.parse_args()
@@ -275,14 +313,16 @@ def main() -> None:
           f"({res.frames * engine.model.samples_per_frame / engine.sample_rate:.2f} s)", flush=True)
     result: dict[str, Any] = {"environment": environment(), "batch": len(items), "audio_s": round(audio_s, 2),
                               "padded_frames": res.frames, "dtype": args.dtype}
-    result["call"] = time_call(engine, items, args.iters)
-    result["profile"] = profile_parts(engine, items)
-    prof = result["profile"]
-    print(f"  kernels {prof['kernels_ms']} ms; by class {prof['classes_ms']}", flush=True)
-    for name, ms in sorted(prof["parts_ms"].items()):
-        print(f"    {name:24s} {ms:8.2f} ms", flush=True)
-    for name, ms in list(prof["top_kernels_ms"].items())[:15]:
-        print(f"    {ms:8.2f} ms  {name[:110]}", flush=True)
+    result["call"] = time_calls(engine, items, args.iters, res.frames, args.compile, args.graphs)
+    for label in ("eager", "compiled") if args.compile else ("eager",):
+        engine.model.set_compiled(label == "compiled")
+        result["profile_" + label] = prof = profile_parts(engine, items)
+        print(f"  {label}: kernels {prof['kernels_ms']} ms; by class {prof['classes_ms']}", flush=True)
+        for name, ms in sorted(prof["parts_ms"].items()):
+            print(f"    {name:24s} {ms:8.2f} ms", flush=True)
+        for name, ms in list(prof["top_kernels_ms"].items())[:12]:
+            print(f"    {ms:8.2f} ms  {name[:110]}", flush=True)
+    engine.model.set_compiled(False)
     padded_s = res.frames * engine.model.samples_per_frame / engine.sample_rate
     result["convs"] = time_convs(conv_shapes(engine.model, args.clause_s or padded_s), len(items),
                                  engine.model.decoder_dtype, args.iters)
