@@ -101,6 +101,9 @@ def test_compiled_decoder_matches_eager(model: KokoroModel) -> None:
     """torch.compile'd fused steps (Triton): fp32 equals eager fp32; bf16 is no further from fp32 than eager bf16."""
     items = _items(model)
     ref = model.synthesize(items, frame_bucket=8).audio
+    # batch 1 against batch 1: unpadded, cuDNN may pick other fp32 algorithms than for the padded batch (on the H100
+    # compiled alone against the eager batch differed by 3.9e-3 of this quiet clip's peak), so compare like shapes
+    ref_alone = model.synthesize(items[1:2]).audio[0]
     model.set_decoder_dtype(torch.bfloat16)
     eager_bf16 = model.synthesize(items, frame_bucket=8).audio
     model.set_decoder_dtype(torch.float32)
@@ -113,7 +116,7 @@ def test_compiled_decoder_matches_eager(model: KokoroModel) -> None:
     finally:
         model.set_compiled(False)
         model.set_decoder_dtype(torch.float32)
-    assert np.abs(alone - ref[1]).max() < 1e-3 * np.abs(ref[1]).max()
+    assert np.abs(alone - ref_alone).max() < 1e-3 * np.abs(ref_alone).max()
     for row in range(len(items)):
         assert len(fp32[row]) == len(bf16[row]) == len(ref[row])
         assert np.abs(fp32[row] - ref[row]).max() < 1e-3 * np.abs(ref[row]).max()
