@@ -38,7 +38,8 @@
 # REUSE_MODELS=1 keeps the LLM and Parakeet folders an earlier run of this call wrote in /tmp/cadence.
 # ASR_ENGINE_PROCESS=0 keeps streaming Parakeet in the TTS's engine process (runs 25-30; gpu.toml now gives it
 # one of its own, engine-asr.log).
-# KOKORO_COMPILE=1 sets tts.kokoro_compile = true (the decoder's fused AdaIN/Snake steps through torch.compile);
+# KOKORO_COMPILE=0 sets tts.kokoro_compile = false (gpu.toml compiles the decoder's fused AdaIN/Snake steps since
+# runs 95-97); KOKORO_COMPILE=1 sets it true;
 # KOKORO_DTYPE sets tts.kokoro_dtype (gpu.toml: bfloat16). KOKORO_GRAPHS=0 turns gpu.toml's
 # tts.kokoro_cuda_graphs off (the eager decoder of runs 17-25).
 # MPS=1 starts the CUDA MPS control daemon first (kernels of the LLM server and the engine process then run
@@ -252,7 +253,7 @@ SETS=(--set "admission.max_sessions=$MAX_LEVEL" --set admission.queue_size=0 --s
       --set budgets.window_s=900 --set gpu.check_measured=false "${DRY[@]}" "${LLM_SETS[@]}")
 [ -n "${TTS_ENGINE:-}" ] && SETS+=(--set "tts.engine=$TTS_ENGINE")
 [ -n "${LLM_REPLICAS:-}" ] && SETS+=(--set "llm.replicas=$LLM_REPLICAS")
-[ "${KOKORO_COMPILE:-0}" = 1 ] && SETS+=(--set tts.kokoro_compile=true)
+[ -n "${KOKORO_COMPILE:-}" ] && SETS+=(--set "tts.kokoro_compile=$([ "$KOKORO_COMPILE" = 1 ] && echo true || echo false)")
 [ "${KOKORO_GRAPHS:-1}" = 0 ] && SETS+=(--set tts.kokoro_cuda_graphs=false)
 [ "${KOKORO_TEXT_GRAPHS:-1}" = 0 ] && SETS+=(--set tts.kokoro_text_graphs=false)
 [ -n "${KOKORO_DTYPE:-}" ] && SETS+=(--set "tts.kokoro_dtype=$KOKORO_DTYPE")

@@ -30,6 +30,8 @@ def test_gpu_toml_plans_three_stages_and_launches_transformers_serve(tmp_path):
     assert (cfg.asr.engine, cfg.asr.device, cfg.tts.engine) == ("parakeet", "cuda", "kokoro")
     assert llm_server_kind(cfg) == "transformers" and cfg.llm.max_tokens <= 64
     assert cfg.llm.speculate == "final+quiet"  # runs 89-92: every turn answered once with it
+    # runs 95-97: Kokoro's fused steps compiled inside its CUDA graphs, 256 callers p50 765 -> 549 ms
+    assert cfg.tts.kokoro_cuda_graphs and cfg.tts.kokoro_compile
     plan = plan_for(cfg, H200)
     assert plan is not None and plan.in_process_fraction == pytest.approx(0.40)  # asr 0.15 + tts 0.25
     assert plan.share("asr").required_bytes == int(1.25 * GIB * 1.2)  # weights on disk x overhead
