@@ -239,6 +239,44 @@ def time_convs(shapes: list[dict[str, int]], batch: int, dtype: torch.dtype, ite
     return rows
 
 
+def channels_last_1d(t: torch.Tensor) -> torch.Tensor:
+    """(B, C, T) with the channels innermost in memory (strides (T*C, 1, C)): a 1-d channels-last activation."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def time_resblock_layouts(model: Any, batch: int, frames: int, iters: int) -> dict[str, Any]:
+    """One stage-1 generator resblock (``parts``, the fused steps as the model's kernels are set) over a batch of
+    ``frames`` alignment frames: activations channels-first (as the model runs) against channels-last, with its
+    convolution weights as they are and channels-last too; milliseconds and the output's strides."""
+    from tts.kokoro.layers import Span
+
+    gen = model.decoder.generator
+    block = gen.resblocks[gen.num_kernels]  # stage 1 (the last upsample), the smallest kernel
+    dtype, dev = model.decoder_dtype, model.device
+    t = frames * 2 * gen.upsample_rates[0] * gen.upsample_rates[1] + 1
+    c = block.convs1[0].in_channels
+    span = Span.of([t] * batch, t, dev, dtype)
+    x = torch.randn(batch, c, t, device=dev, dtype=dtype)
+    s = torch.randn(batch, block.adain1[0].fc.in_features, device=dev, dtype=dtype)
+    convs = [*block.convs1, *block.convs2]
+    weights = [conv.weight.data for conv in convs]
+    out: dict[str, Any] = {"channels": c, "samples": t}
+    try:
+        for label, xin, cl_weights in (("channels_first", x, False), ("channels_last_input", channels_last_1d(x), False),
+                                       ("channels_last_both", channels_last_1d(x), True)):
+            for conv, w in zip(convs, weights, strict=True):
+                conv.weight.data = channels_last_1d(w) if cl_weights else w
+            with torch.inference_mode():
+                z, _zb, _x = block.parts(xin, s, span)
+                out[label + "_ms"] = round(time_cuda(lambda xin=xin: block.parts(xin, s, span), iters), 3)
+            out[label + "_out_strides"] = list(z.stride())
+            print(f"  stage-1 resblock {label}: {out[label + '_ms']} ms, output strides {list(z.stride())}", flush=True)
+    finally:
+        for conv, w in zip(convs, weights, strict=True):
+            conv.weight.data = w
+    return out
+
+
 def _call_ms(engine: Any, items: list[Any], iters: int) -> float:
     model, bucket = engine.model, engine.options.frame_bucket
     for _ in range(2):
@@ -296,6 +334,8 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--compile", action="store_true", help="also time and profile the fused steps compiled")
     p.add_argument("--graphs", action="store_true", help="also time each mode replayed from CUDA graphs")
+    p.add_argument("--layouts", action="store_true",
+                   help="also time one generator resblock with channels-first and channels-last activations")
     p.add_argument("--out", default="")
     p.add_argument("--smoke", action="store_true", help="the tiny configuration on the CPU (checks the script only)")
     args = p.parse_args()
@@ -322,6 +362,11 @@ def main() -> None:
             print(f"    {name:24s} {ms:8.2f} ms", flush=True)
         for name, ms in list(prof["top_kernels_ms"].items())[:12]:
             print(f"    {ms:8.2f} ms  {name[:110]}", flush=True)
+    if args.layouts:
+        for label in ("eager", "compiled") if args.compile else ("eager",):
+            engine.model.set_compiled(label == "compiled")
+            print(f"  resblock layouts, {label} steps:", flush=True)
+            result["layouts_" + label] = time_resblock_layouts(engine.model, len(items), res.frames, args.iters)
     engine.model.set_compiled(False)
     padded_s = res.frames * engine.model.samples_per_frame / engine.sample_rate
     result["convs"] = time_convs(conv_shapes(engine.model, args.clause_s or padded_s), len(items),

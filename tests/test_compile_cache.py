@@ -24,11 +24,11 @@ from asr import compile_cache
 from tts.kokoro import fused
 restored = compile_cache.restore()  # the Kernels below call it again: once per process
 kernels = fused.Kernels(compiled=True)
-x, z, r = torch.randn(2, 8, 16), torch.randn(2, 8, 16), torch.randn(2, 8, 16)
+x, z, r, b = torch.randn(2, 8, 16), torch.randn(2, 8, 16), torch.randn(2, 8, 16), torch.randn(8)
 mask = torch.ones(2, 1, 16)
-torch.testing.assert_close(kernels.add_source(x, z, r, mask), fused.add_source(x, z, r, mask))
+torch.testing.assert_close(kernels.add_source(x, z, b, r, mask), fused.add_source(x, z, b, r, mask))
 if "--more" in sys.argv:  # one more kernel: a superset of the first file's artifacts
-    torch.testing.assert_close(kernels.mean_leaky(mask, 0.2, x, z), fused.mean_leaky(mask, 0.2, x, z))
+    torch.testing.assert_close(kernels.mean_leaky(mask, 0.2, x, b, z), fused.mean_leaky(mask, 0.2, x, b, z))
 saved = compile_cache.save("test")
 counters = torch._dynamo.utils.counters["inductor"]
 print(json.dumps({"restored": restored, "saved": str(saved) if saved else None,

@@ -33,7 +33,8 @@ def _step_args(b: int, c: int, t: int, lengths: list[int], seed: int) -> tuple:
     fc_w, fc_b = torch.randn(2 * c, 8, generator=g) * 0.1, torch.randn(2 * c, generator=g) * 0.1
     norm_w, norm_b = 1 + 0.1 * torch.randn(c, generator=g), 0.1 * torch.randn(c, generator=g)
     alpha = 1 + 0.5 * torch.rand(1, c, 1, generator=g)
-    return z, res, style, fc_w, fc_b, norm_w, norm_b, span.mask, span.count, 1e-5, alpha
+    zb = 0.1 * torch.randn(c, generator=g)  # the convolution's bias, added inside the step
+    return z, zb, res, style, fc_w, fc_b, norm_w, norm_b, span.mask, span.count, 1e-5, alpha
 
 
 def test_compiled_step_equals_eager_across_shapes_without_recompiling():
@@ -93,7 +94,7 @@ def test_a_failing_compiled_build_falls_back_to_eager(caplog):
 
     step = fused._guarded("adain_snake", broken, fused.adain_snake)
     args = _step_args(2, 8, 12, [12, 5], seed=0)
-    eager_args = (args[0], *args[2:])
+    eager_args = (args[0], *args[3:])  # adain_snake's: x and the AdaIN's, no bias or residual
     with caplog.at_level("WARNING", logger="tts.kokoro.fused"):
         first = step(*eager_args)
         second = step(*eager_args)

@@ -86,3 +86,38 @@ def test_albert_matches_transformers():
         want = ref(ids, attention_mask=valid.long()).last_hidden_state
     torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got[1, :7], want[1, :7], atol=1e-5, rtol=1e-5)
+
+
+def _resblock_as_kokoro(block, x, s, span):
+    """ISTFTNet's AdaINResBlock1 forward as Kokoro writes it (every convolution with its bias), masked."""
+    m = span.mask
+    for c1, c2, n1, n2, a1, a2 in zip(block.convs1, block.convs2, block.adain1, block.adain2, block.alpha1,
+                                      block.alpha2, strict=True):
+        xt = n1(x, s, span)
+        xt = (xt + (1 / a1) * torch.sin(a1 * xt) ** 2) * m
+        xt = n2(c1(xt), s, span)
+        xt = (xt + (1 / a2) * torch.sin(a2 * xt) ** 2) * m
+        x = c2(xt) * m + x
+    return x
+
+
+def test_resblock_without_conv_bias_passes_equals_kokoros():
+    """The generator's resblocks run their convolutions without the bias pass (the first one's bias is removed by the
+    AdaIN after it, the second's is added in the next fused step): the same output as each convolution with its bias."""
+    from tts.kokoro.layers import AdaINResBlock1, Span
+
+    torch.manual_seed(0)
+    block = AdaINResBlock1(16, 7, (1, 3, 5), style_dim=8).double()
+    with torch.no_grad():
+        for conv in [*block.convs1, *block.convs2]:
+            conv.bias.normal_(0, 0.5)  # large biases, so a dropped or doubled one shows
+    span = Span.of([40, 23, 9], 40, torch.device("cpu"), torch.float64)
+    x = torch.randn(3, 16, 40, dtype=torch.float64) * span.mask
+    s = torch.randn(3, 8, dtype=torch.float64)
+    with torch.no_grad():
+        want = _resblock_as_kokoro(block, x, s, span)
+        got = block(x, s, span)
+        z, zb, rest = block.parts(x, s, span)
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close((z + zb[:, None]) * span.mask + rest, want, rtol=1e-9, atol=1e-9)
+    assert torch.equal(zb, block.convs2[-1].bias)

@@ -127,15 +127,16 @@ class Generator(nn.Module):
         for i in range(self.num_upsamples):
             sp = spans[i]
             last = i == self.num_upsamples - 1
-            z_source, x_source = self.noise_res[i].parts(self.noise_convs[i](har) * sp.mask, s, sp)
+            z_source, zb_source, x_source = self.noise_res[i].parts(self.noise_convs[i](har) * sp.mask, s, sp)
             x = self.ups[i](x)
             if last:
                 x = F.pad(x, (1, 0), mode="reflect")
-            x = k.add_source(x, z_source, x_source, sp.mask)
+            x = k.add_source(x, z_source, zb_source, x_source, sp.mask)
             parts: list[torch.Tensor] = []
             for j in range(self.num_kernels):
                 parts.extend(self.resblocks[i * self.num_kernels + j].parts(x, s, sp))
-            # the resblocks' average, then the next stage's leaky_relu(0.1) (conv_post's default 0.01 + mask)
+            # the resblocks' average (their (z, bias, x) triples), then the next stage's leaky_relu(0.1) (conv_post's
+            # default 0.01 + mask)
             x = k.mean_leaky(sp.mask, 0.01 if last else 0.1, *parts)
         x = self.conv_post(x).to(work)
         half = self.n_fft // 2 + 1

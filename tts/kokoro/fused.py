@@ -66,28 +66,37 @@ def adain_snake(x: torch.Tensor, s: torch.Tensor, fc_w: torch.Tensor, fc_b: torc
     return (xt + (1 / alpha) * torch.sin(alpha * xt) ** 2) * mask
 
 
-def residual_adain_snake(z: torch.Tensor, residual: torch.Tensor, s: torch.Tensor, fc_w: torch.Tensor,
-                         fc_b: torch.Tensor, norm_w: torch.Tensor, norm_b: torch.Tensor, mask: torch.Tensor,
-                         count: torch.Tensor, eps: float, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x = z * mask + residual`` (the previous step's output) and ``adain_snake(x)``: both returned."""
-    x = z * mask + residual
+def biased(z: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """A convolution's output ``z`` (B, C, T) run without its bias, plus the bias (C,): the add cuDNN's
+    convolution makes as a pass of its own over the whole activation, here inside the next fused step."""
+    return z + bias[:, None]
+
+
+def residual_adain_snake(z: torch.Tensor, zb: torch.Tensor, residual: torch.Tensor, s: torch.Tensor,
+                         fc_w: torch.Tensor, fc_b: torch.Tensor, norm_w: torch.Tensor, norm_b: torch.Tensor,
+                         mask: torch.Tensor, count: torch.Tensor, eps: float,
+                         alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x = (z + zb) * mask + residual`` (the previous step's output, ``zb`` its convolution's bias) and
+    ``adain_snake(x)``: both returned."""
+    x = biased(z, zb) * mask + residual
     return x, adain_snake(x, s, fc_w, fc_b, norm_w, norm_b, mask, count, eps, alpha)
 
 
-def add_source(x: torch.Tensor, z: torch.Tensor, residual: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The generator's ``(x + source) * mask``, ``source = z * mask + residual`` (the noise resblock's end)."""
-    return (x + (z * mask + residual)) * mask
+def add_source(x: torch.Tensor, z: torch.Tensor, zb: torch.Tensor, residual: torch.Tensor,
+               mask: torch.Tensor) -> torch.Tensor:
+    """The generator's ``(x + source) * mask``, ``source = (z + zb) * mask + residual`` (the noise resblock's end)."""
+    return (x + (biased(z, zb) * mask + residual)) * mask
 
 
 def mean_leaky(mask: torch.Tensor, slope: float, *parts: torch.Tensor) -> torch.Tensor:
-    """``leaky_relu(mean_j(z_j * mask + x_j), slope) * mask`` over the resblocks' ``(z_j, x_j)`` pairs: their
-    ends, their average and the next stage's activation in one pass (the mask changes nothing where
-    the resblocks' inputs were clean, and makes conv_post's input clean)."""
+    """``leaky_relu(mean_j((z_j + zb_j) * mask + x_j), slope) * mask`` over the resblocks' ``(z_j, zb_j, x_j)``
+    triples: their ends, their average and the next stage's activation in one pass (the mask changes nothing
+    where the resblocks' inputs were clean, and makes conv_post's input clean)."""
     total: torch.Tensor | None = None
-    for z, x in zip(parts[::2], parts[1::2], strict=True):
-        y = z * mask + x
+    for z, zb, x in zip(parts[::3], parts[1::3], parts[2::3], strict=True):
+        y = biased(z, zb) * mask + x
         total = y if total is None else total + y
-    return F.leaky_relu(total / (len(parts) // 2), slope) * mask  # type: ignore[operator]
+    return F.leaky_relu(total / (len(parts) // 3), slope) * mask  # type: ignore[operator]
 
 
 EAGER: dict[str, Callable[..., Any]] = {f.__name__: f for f in (adain, adain_leaky, adain_snake,

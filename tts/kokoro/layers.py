@@ -189,25 +189,39 @@ class AdaINResBlock1(nn.Module):
         self.alpha2 = nn.ParameterList(nn.Parameter(torch.ones(1, channels, 1)) for _ in dilation)
 
     def forward(self, x: torch.Tensor, s: torch.Tensor, span: Span) -> torch.Tensor:
-        z, x = self.parts(x, s, span)
-        return z * span.mask + x
+        z, zb, x = self.parts(x, s, span)
+        return (z + zb[:, None]) * span.mask + x
 
-    def parts(self, x: torch.Tensor, s: torch.Tensor, span: Span) -> tuple[torch.Tensor, torch.Tensor]:
-        """The output as ``(z, x)`` with output ``z * mask + x``, so the caller can fuse that add into its next step.
+    def parts(self, x: torch.Tensor, s: torch.Tensor, span: Span) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The output as ``(z, zb, x)`` with output ``(z + zb) * mask + x``, so the caller can fuse that into its next
+        step.
 
-        Three dilated steps; each step's residual add is fused into the next step's first AdaIN + Snake.
+        Three dilated steps; each step's residual add is fused into the next step's first AdaIN + Snake. The
+        convolutions run without their bias, which cuDNN would add in a pass of its own over the activation: a
+        ``convs1`` output goes straight into an AdaIN, whose instance norm removes any per-channel constant, so that
+        bias changes nothing and is left out; a ``convs2`` bias is added inside the next fused step (``zb``).
         """
         k = self.kernels
         z: torch.Tensor | None = None  # the previous step's conv2 output, not yet added to x
+        zb: torch.Tensor | None = None  # ... and its bias
         for c1, c2, n1, n2, a1, a2 in zip(self.convs1, self.convs2, self.adain1, self.adain2, self.alpha1,
                                           self.alpha2, strict=True):
             if z is None:
                 xt = k.adain_snake(x, *n1.args(s, span), a1)
             else:
-                x, xt = k.residual_adain_snake(z, x, *n1.args(s, span), a1)
-            xt = k.adain_snake(c1(xt), *n2.args(s, span), a2)
-            z = c2(xt)
-        return z, x  # type: ignore[return-value]
+                x, xt = k.residual_adain_snake(z, zb, x, *n1.args(s, span), a1)
+            xt = k.adain_snake(_unbiased(c1, xt), *n2.args(s, span), a2)
+            z, zb = _unbiased(c2, xt), _bias(c2)
+        return z, zb, x  # type: ignore[return-value]
+
+
+def _unbiased(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+    """``conv(x)`` without the bias add."""
+    return F.conv1d(x, conv.weight, None, conv.stride, conv.padding, conv.dilation, conv.groups)
+
+
+def _bias(conv: nn.Conv1d) -> torch.Tensor:
+    return conv.bias if conv.bias is not None else conv.weight.new_zeros(conv.out_channels)
 
 
 def packed_lstm(lstm: nn.LSTM, x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
