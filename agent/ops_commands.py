@@ -50,7 +50,8 @@ def cmd_capacity(args: argparse.Namespace) -> int:
 
         url = (args.url or f"http://{config.server.host}:{config.server.port}").rstrip("/")
         popts = PhoneRampOptions(url=url, ramp=levels, warmup_s=args.warmup, hold_s=args.hold,
-                                 connect_s=args.connect_over, max_wait_s=args.max_wait, refine=not args.no_refine,
+                                 connect_s=args.connect_over, pause_jitter_s=args.pause_jitter,
+                                 max_wait_s=args.max_wait, refine=not args.no_refine,
                                  all_levels=args.all_levels,
                                  metrics_url=(args.metrics_url or "").rstrip("/"),
                                  records_dir=str(out_dir) if args.records else "")
@@ -173,6 +174,9 @@ def register(sub: Any) -> None:
     p.add_argument("--connect-over", type=float, default=0.0, metavar="SECONDS",
                    help="phone transport: callers connect at random times over SECONDS (default 0.6 x --warmup); "
                         "about one turn cycle (~11 s) spreads their turns evenly; keep it under --warmup")
+    p.add_argument("--pause-jitter", type=float, default=0.0, metavar="SECONDS",
+                   help="phone transport: each caller waits 0.6 s plus a uniform draw of up to SECONDS after a reply "
+                        "before its next prompt (default 0: always 0.6 s, which keeps callers' turns in waves)")
     p.add_argument("--max-wait", type=float, default=15.0,
                    help="a reply that has not begun this long after the caller's end of speech is unanswered (a "
                         "reply that began is heard out)")

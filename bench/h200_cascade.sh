@@ -20,7 +20,7 @@
 # timelines, records-N.json.gz: cadence capacity --records),
 # summary.txt, logs.tar.gz (every log), nvidia-smi.csv and compile_cache.tar (bench/compile_cache.sh: carry
 # ".compile_cache" in the next call to skip the compiles this one did).
-# Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT CONNECT_S LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS
+# Knobs (environment): LEVELS WARMUP HOLD MAX_WAIT CONNECT_S PAUSE_JITTER LLM_LEVELS SHAPE REPLY_TOKENS TTS_ENGINE BUDGET_S WORKERS
 # ENGINE_PROCESS ASR_ENGINE_PROCESS TTS_ENGINES KOKORO_COMPILE KOKORO_DTYPE CALIBRATE MPS STT_TEST KOKORO_TEST LLM_REPLICAS
 # LLM_SERVER LLAMA_ARGS.
 # LLM_SERVER=llama-server serves the LLM with llama.cpp's native server built with CUDA on the device
@@ -300,7 +300,7 @@ say "cadence serve ready; $(left) s left"
 CAP_T=$(($(left) - 20))
 timeout "$CAP_T" "$PY" -m agent.cli capacity --config examples/gpu.toml --transport phone \
   --url "http://127.0.0.1:$PORT" --metrics-url "http://127.0.0.1:$MPORT" --prompts .cascade/prompts.npz --levels "$LEVELS" --warmup "$WARMUP" \
-  --connect-over "${CONNECT_S:-0}" --hold "$HOLD" --max-wait "$MAX_WAIT" --all-levels --no-refine --records --out-dir "$OUT" \
+  --connect-over "${CONNECT_S:-0}" --pause-jitter "${PAUSE_JITTER:-0}" --hold "$HOLD" --max-wait "$MAX_WAIT" --all-levels --no-refine --records --out-dir "$OUT" \
   --write-config "$OUT/cadence-capacity.toml" 2>&1 | tee "$LOGS/capacity.log" \
   | grep -E "phone callers|capacity:|results|error" | tee -a "$OUT/summary.txt"
 # Kokoro's load per 5 s over the levels (tick count, mean batch, busy, the first clauses' queue wait and the tick

@@ -104,6 +104,7 @@ class LevelResult:
     # the hold's server counters (phone): LLM requests, turns, replies, speculations started / confirmed / withdrawn
     counts: dict[str, float] = field(default_factory=dict)
     worker_calls: list[int] = field(default_factory=list)  # live calls per worker at the hold's end (--workers N)
+    turn_waves: dict[str, float] = field(default_factory=dict)  # the turns' burstiness (agent.capacity.waves)
 
 
 def judge_level(concurrency: int, records: list[CallRecord], steady_from: float, until: float,

@@ -18,6 +18,7 @@ import audioop  # C implementation; audioop-lts on Python >= 3.13
 import base64
 import contextlib
 import json
+import random
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -96,12 +97,15 @@ class PhoneCaller:
     """One caller's state machine; the shared ``Ticker`` calls ``frame`` every 20 ms."""
 
     def __init__(self, url: str, caller: int, prompts: list[Prompt], *, stop_at: float, max_wait_s: float = 15.0,
-                 pause_s: float = 0.6, lead_silence_s: float = 0.3):
+                 pause_s: float = 0.6, lead_silence_s: float = 0.3, pause_jitter_s: float = 0.0, seed: int = 0):
         self.url = url
         self.prompts = prompts
         self.stop_at = stop_at
         self.max_wait_s = max_wait_s
-        self.pause_s = pause_s
+        self.pause_s = pause_s  # after a reply, before the next prompt: pause_s + uniform(0, pause_jitter_s) per turn
+        self.pause_jitter_s = pause_jitter_s
+        self._rng = random.Random(seed)
+        self._pause = self._next_pause()
         self.record = PhoneCallRecord(caller, f"MZ{uuid.uuid4().hex}")
         self.ws: Any = None
         self.done = asyncio.Event()
@@ -165,6 +169,7 @@ class PhoneCaller:
                 self.done.set()
                 return None
             self._prompt = self.prompts[self._turn % len(self.prompts)]
+            self._pause = self._next_pause()  # the pause after this prompt's reply
             self.record.utterances.append(self._prompt.name)
             self._turn += 1
             self._index = 0
@@ -200,7 +205,10 @@ class PhoneCaller:
             return now >= eos + self.max_wait_s
         if now >= eos + self.max_wait_s + LONGEST_REPLY_S:  # a reply that never ends must not hold the level
             return True
-        return now >= max(self._play_end, self._last_arrival) + self.pause_s
+        return now >= max(self._play_end, self._last_arrival) + self._pause
+
+    def _next_pause(self) -> float:
+        return self.pause_s + (self._rng.uniform(0.0, self.pause_jitter_s) if self.pause_jitter_s > 0 else 0.0)
 
     # -- receiving -----------------------------------------------------------------------------
     async def _receive(self) -> None:
@@ -280,10 +288,11 @@ class Ticker:
 
 
 async def phone_call(url: str, caller: int, prompts: list[Prompt], ticker: Ticker, *, stop_at: float,
-                     max_wait_s: float = 15.0, pause_s: float = 0.6,
+                     max_wait_s: float = 15.0, pause_s: float = 0.6, pause_jitter_s: float = 0.0, seed: int = 0,
                      before_hang_up: Any = None) -> PhoneCallRecord:
     """Connect, talk and listen until ``stop_at`` (then finish the turn in flight), hang up."""
-    c = PhoneCaller(url, caller, prompts, stop_at=stop_at, max_wait_s=max_wait_s, pause_s=pause_s)
+    c = PhoneCaller(url, caller, prompts, stop_at=stop_at, max_wait_s=max_wait_s, pause_s=pause_s,
+                    pause_jitter_s=pause_jitter_s, seed=seed)
     if not await c.connect():
         c.record.ended_at = time.monotonic()
         return c.record

@@ -35,6 +35,7 @@ from loguru import logger
 from agent.capacity.analysis import LevelResult, knee, next_level
 from agent.capacity.phone_caller import PhoneCallRecord, Prompt, Ticker, phone_call
 from agent.capacity.server_cpu import ServerCpu
+from agent.capacity.waves import turn_waves
 from agent.config import BudgetsConfig
 from agent.metrics.delivery import PlayoutTracker
 
@@ -52,6 +53,11 @@ class PhoneRampOptions:
     # cycle (a prompt and its ~7.5 s reply, ~11 s) their turns arrive evenly instead of in waves: runs 82-87
     # at 256 callers saw waves of 58-144 turns 4-8 s apart, and first audio p50 413-1,353 ms from wave to wave.
     connect_s: float = 0.0
+    # A caller speaks its next prompt this long after the bot's reply ends, plus a uniform draw of up to
+    # pause_jitter_s per turn (0: always pause_s, as every run up to run 98). A fixed pause keeps callers' turn
+    # cycles in step: runs 95-97 still saw waves ~12 s apart after the connect spread.
+    pause_s: float = 0.6
+    pause_jitter_s: float = 0.0
     max_wait_s: float = 15.0
     refine: bool = True
     all_levels: bool = False  # run every level of the ramp, past failures too
@@ -178,6 +184,7 @@ def judge_phone_level(concurrency: int, records: list[PhoneCallRecord], steady_f
                 ratios.append(sum(t.audio_s for t in turns) / wall)
         result.caller_late_ticks += record.late_sends
     result.streams = len(ratios)
+    result.turn_waves = turn_waves(result.turn_details)
     result.p99_ratio, result.p50_ratio = _pct(ratios, 1.0), _pct(ratios, 50.0)
     result.first_audio_p50_ms, result.first_audio_p95_ms = _pct(firsts, 50.0), _pct(firsts, 95.0)
     result.first_audio_p99_ms = _pct(firsts, 99.0)
@@ -307,7 +314,8 @@ async def run_phone_level(corpus: list[Prompt], n: int, opts: PhoneRampOptions, 
     async def one(i: int) -> PhoneCallRecord:
         await asyncio.sleep(connect_delay(rng, opts))
         return await phone_call(opts.ws_url, i, deal_prompts(corpus, i, turns, n), ticker, stop_at=stop_at,
-                                max_wait_s=opts.max_wait_s)
+                                max_wait_s=opts.max_wait_s, pause_s=opts.pause_s,
+                                pause_jitter_s=opts.pause_jitter_s, seed=opts.seed * 1_000_003 + n * 1009 + i)
 
     cpu: list = []  # [ServerCpu, its sample at the hold's start]
     counts0: dict[str, float] = {}  # the server's counters at the hold's start
@@ -401,6 +409,8 @@ def describe_phone(level: LevelResult) -> str:
                if level.cpu_cores else "")
             + (f"; server counts {', '.join(f'{k} {v:.0f}' for k, v in level.counts.items())}" if level.counts else "")
             + (f"; calls per worker {min(level.worker_calls)}-{max(level.worker_calls)}" if level.worker_calls else "")
+            + (f"; turn waves peak/mean {level.turn_waves['peak_to_mean']:.2f}x per {level.turn_waves['bin_s']:.0f} s, "
+               f"slowest 5% in peaks {level.turn_waves.get('tail_in_peaks', 0.0):.0%}" if level.turn_waves else "")
             + f" -> {verdict}")
 
 

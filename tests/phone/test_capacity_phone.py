@@ -177,6 +177,38 @@ def test_caller_waits_out_a_long_reply_but_not_a_missing_one():
     assert not c._ready_to_speak(10.0 + 8.0 + LONGEST_REPLY_S - 0.1) and c._ready_to_speak(10.0 + 8.0 + LONGEST_REPLY_S)
 
 
+def test_pause_jitter_draws_each_turns_pause_from_the_callers_own_seed():
+    """``--pause-jitter``: a pause of 0.6 s plus a uniform draw per turn, the same draws for the same seed (a rerun
+    deals the same load), different ones across callers; 0 keeps the fixed 0.6 s of every earlier run."""
+    fixed = PhoneCaller("ws://x", 0, [], stop_at=100.0, pause_s=0.6)
+    assert {fixed._next_pause() for _ in range(20)} == {0.6}
+    a = PhoneCaller("ws://x", 0, [], stop_at=100.0, pause_s=0.6, pause_jitter_s=2.0, seed=7)
+    b = PhoneCaller("ws://x", 0, [], stop_at=100.0, pause_s=0.6, pause_jitter_s=2.0, seed=7)
+    other = PhoneCaller("ws://x", 1, [], stop_at=100.0, pause_s=0.6, pause_jitter_s=2.0, seed=8)
+    draws = [a._next_pause() for _ in range(50)]
+    assert draws == [b._next_pause() for _ in range(50)] and draws != [other._next_pause() for _ in range(50)]
+    assert all(0.6 <= d <= 2.6 for d in draws) and max(draws) - min(draws) > 1.0
+    a._eos, a._last_arrival, a._play_end, a._pause = 10.0, 11.0, 15.0, 1.7  # this turn's draw: 1.7 s after the reply
+    assert not a._ready_to_speak(16.6) and a._ready_to_speak(16.7)
+    prompt = Prompt.from_pcm8k("p", (b"\x00\x40" * 800))  # 0.1 s of a loud constant: one voiced prompt
+    a.prompts, a._eos = [prompt], None
+    before = a._pause
+    assert a.frame(0.0) is not None and a._pause != before  # a new prompt draws the pause that follows its reply
+
+
+def test_turn_waves_say_whether_the_slowest_turns_came_in_a_burst():
+    from agent.capacity.waves import turn_waves
+
+    steady = [{"at_s": i * 0.5, "first_audio_ms": 500.0} for i in range(40)]  # 4 turns per 2 s bin
+    burst = [{"at_s": 8.0 + i * 0.05, "first_audio_ms": 1500.0 + i} for i in range(20)]  # 20 more in 8-9 s
+    waves = turn_waves(steady + burst)
+    assert waves["peak_per_bin"] == 24 and waves["mean_per_bin"] == 6.0 and waves["peak_to_mean"] == 4.0
+    assert waves["tail_in_peaks"] == 1.0  # the slowest 5% are burst turns
+    even = turn_waves(steady)
+    assert even["peak_to_mean"] == 1.0 and even["tail_in_peaks"] == 0.0
+    assert turn_waves([]) == {}
+
+
 def test_server_cpu_groups_processes_by_what_they_run():
     from agent.capacity.server_cpu import ServerCpu, _group
 
