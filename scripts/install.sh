@@ -42,4 +42,11 @@ echo "== pip: cadence[$extras]"
 # the cached build, also over an older one already in the venv (a local wheel: seconds)
 $PY -m pip install -q --no-index --no-deps --force-reinstall "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl
 $PY -m pip install -q --find-links "$WHEELS" "llama-cpp-python==$LLAMA_VERSION" -e ".[$extras]"
+if [ $want_test -eq 1 ] && [ ! -f .venv/kokoro-ref/kokoro/model.py ]; then
+  # hexgrad's kokoro, source only: tests/gputts/test_kokoro_reference.py checks our Kokoro forward against it
+  echo "== kokoro 0.9.4 source (the reference test's)"
+  rm -rf .venv/kokoro-ref && mkdir -p .venv/kokoro-ref
+  $PY -m pip download -q --no-deps "kokoro==0.9.4" -d .venv/kokoro-ref
+  $PY -m zipfile -e .venv/kokoro-ref/kokoro-0.9.4-py3-none-any.whl .venv/kokoro-ref
+fi
 echo "== installed: $($PY -c 'import pipecat, sys; print("pipecat", pipecat.__version__ if hasattr(pipecat, "__version__") else "?", "python", sys.version.split()[0])')"

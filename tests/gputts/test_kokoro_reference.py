@@ -1,8 +1,9 @@
 """Our forward against hexgrad's ``kokoro`` package (``KModel.forward_with_tokens``) on the same checkpoint.
 
-Runs where that package's source is importable: ``KOKORO_SRC=<folder holding kokoro/>`` (for example
-``pip download --no-deps kokoro`` unpacked; its ``__init__`` needs misaki, so only ``kokoro.model`` and
-its modules are loaded) or an installed ``kokoro``. Full-size model on the CPU: about a minute.
+Runs where that package's source is importable: ``KOKORO_SRC=<folder holding kokoro/>``, else ``.venv/kokoro-ref``
+(``scripts/install.sh --test`` unpacks ``pip download --no-deps kokoro==0.9.4`` there; its ``__init__`` needs misaki,
+so only ``kokoro.model`` and its modules are loaded), or an installed ``kokoro``. Full-size model on the CPU:
+seconds to a minute.
 Noise is off in both (the source's Gaussian noise is random by design).
 """
 
@@ -24,6 +25,9 @@ from tts.kokoro.checkpoint import build_random, random_voice, save_checkpoint
 
 def _reference_kmodel():
     src = os.environ.get("KOKORO_SRC")
+    default = os.path.join(os.path.dirname(__file__), "..", "..", ".venv", "kokoro-ref")
+    if not src and os.path.isfile(os.path.join(default, "kokoro", "model.py")):
+        src = default
     if src:
         pkg = types.ModuleType("kokoro")
         pkg.__path__ = [os.path.join(src, "kokoro")]
