@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from bench.common import environment  # noqa: E402
+from bench.common import cuda_time, environment, host_time  # noqa: E402
 
 CLAUSES = [
     "Sure, I can help with that.",
@@ -154,24 +154,19 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def time_cuda(fn: Callable[[], Any], iters: int) -> float:
-    """Median milliseconds of ``fn`` by CUDA events (wall time on the CPU), after two warm calls."""
+def median_ms(fn: Callable[[], Any], iters: int, device_clock: bool = True) -> float:
+    """Median milliseconds of ``fn`` after two warm calls: ``bench.common``'s CUDA-event clock (``device_clock``) or
+    its synchronised host clock; on the CPU (``--smoke``) the host clock alone."""
+    if torch.cuda.is_available():
+        timer = cuda_time if device_clock else host_time
+        return timer(fn, warmup=2, iters=iters)["median_s"] * 1000
     for _ in range(2):
         fn()
     times = []
-    if not torch.cuda.is_available():
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1000)
-        return statistics.median(times)
     for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+        t0 = time.perf_counter()
         fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
+        times.append((time.perf_counter() - t0) * 1000)
     return statistics.median(times)
 
 
@@ -218,7 +213,7 @@ def time_conv(s: dict[str, int], batch: int, dtype: torch.dtype, dev: torch.devi
                              ("channels_last", conv2d, False), ("channels_last_benchmark", conv2d, True),
                              ("im2col_gemm", im2col, False)):
         torch.backends.cudnn.benchmark = bench
-        out[label + "_ms"] = round(time_cuda(fn, iters), 3)
+        out[label + "_ms"] = round(median_ms(fn, iters), 3)
     torch.backends.cudnn.benchmark = False
     flops = 2 * batch * c * c * k * n
     best = min(v for key, v in out.items() if key.endswith("_ms"))
@@ -268,7 +263,7 @@ def time_resblock_layouts(model: Any, batch: int, frames: int, iters: int) -> di
                 conv.weight.data = channels_last_1d(w) if cl_weights else w
             with torch.inference_mode():
                 z, _zb, _x = block.parts(xin, s, span)
-                out[label + "_ms"] = round(time_cuda(lambda xin=xin: block.parts(xin, s, span), iters), 3)
+                out[label + "_ms"] = round(median_ms(lambda xin=xin: block.parts(xin, s, span), iters), 3)
             out[label + "_out_strides"] = list(z.stride())
             print(f"  stage-1 resblock {label}: {out[label + '_ms']} ms, output strides {list(z.stride())}", flush=True)
     finally:
@@ -278,17 +273,9 @@ def time_resblock_layouts(model: Any, batch: int, frames: int, iters: int) -> di
 
 
 def _call_ms(engine: Any, items: list[Any], iters: int) -> float:
+    """One ``synthesize`` call of the batch, host clock (it syncs on the durations itself)."""
     model, bucket = engine.model, engine.options.frame_bucket
-    for _ in range(2):
-        model.synthesize(items, frame_bucket=bucket)
-    times = []
-    for _ in range(iters):
-        sync()
-        t0 = time.perf_counter()
-        model.synthesize(items, frame_bucket=bucket)
-        sync()
-        times.append((time.perf_counter() - t0) * 1000)
-    return round(statistics.median(times), 2)
+    return round(median_ms(lambda: model.synthesize(items, frame_bucket=bucket), iters, device_clock=False), 2)
 
 
 def time_calls(engine: Any, items: list[Any], iters: int, frames: int, compiled: bool, graphs: bool

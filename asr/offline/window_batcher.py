@@ -331,9 +331,12 @@ class WindowBatcher:
     def _batch_now(self) -> list[_Item] | None:
         """With a batch in flight: the next one if one is worth starting now (a partial batch waits while
         files still send windows: the flight's end brings more). Holds the lock."""
-        if not self._pending or self._closed or (self._streams and self._fullest() < self.max_batch):
+        if not self._pending or self._closed:
             return None
-        if self._linger_in_flight_s and self._fullest() < self.max_batch:
+        short = (self._streams or self._linger_in_flight_s) and self._fullest() < self.max_batch
+        if short and self._streams:
+            return None
+        if short:
             t0 = time.perf_counter()
             self._cond.wait_for(lambda: self._closed or self._fullest() >= self.max_batch,
                                 timeout=self._linger_in_flight_s)
