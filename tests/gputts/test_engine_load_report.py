@@ -4,6 +4,8 @@ and the decoder's work vs waiting for their results (host-bound vs GPU-bound).""
 from __future__ import annotations
 
 import re
+import threading
+import time
 
 from tests.gputts.conftest import engine_load_lines
 
@@ -34,3 +36,40 @@ def test_load_report_gives_the_first_clauses_queue_wait_and_the_tick_times(engin
     for m in found:
         p50, p99, tick50, tick99 = (int(m.group(i)) for i in (1, 2, 4, 5))
         assert p50 <= p99 and tick50 <= tick99 and tick99 > 0, m.group(0)
+
+
+class _HeldModel:
+    """Kokoro's tiny model whose batched call waits until released: a tick that is still running when a load line
+    drains the timings (CI's slow tick, 309 ms against 0.2 s lines)."""
+
+    def __init__(self, model) -> None:
+        self._model = model
+        self.release = threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def synthesize(self, items, frame_bucket=1):
+        self.release.wait(30)
+        return self._model.synthesize(items, frame_bucket)
+
+
+def test_a_first_clause_wait_is_not_lost_to_a_drain_during_its_tick(engine) -> None:
+    from tts.kokoro.batcher import SynthesisBatcher
+
+    model = _HeldModel(engine.model)
+    batcher = SynthesisBatcher(model, max_batch=4)  # type: ignore[arg-type]
+    try:
+        request = batcher.submit_future(engine.utterance(engine.phoneme_ids("Hello there.")), time.monotonic())
+        deadline = time.monotonic() + 10
+        while not batcher.in_flight and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert batcher.in_flight == 1
+        assert batcher.drain_timings() == ([], [])  # the tick runs: neither its wait nor its time is filed yet
+        model.release.set()
+        assert len(request.future.result(30)) > 0
+        waits, ticks = batcher.drain_timings()
+        assert len(waits) == 1 and len(ticks) == 1 and waits[0] >= 0
+    finally:
+        model.release.set()
+        batcher.close()
