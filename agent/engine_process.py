@@ -87,6 +87,7 @@ class ManagedEngineProcess(SupervisedChild):
     switch_interval_ms: float = 0.0  # the engine's GIL switch interval; 0: Python's default
     report_s: float = 0.0  # the engine logs its load this often (0: never)
     stall_exit_s: float = 0.0  # the engine exits (and is restarted) when a batcher's tick runs this long (0: never)
+    gc_freeze: bool = False  # the engine freezes its GC heap once warm (runtime.gc_freeze)
     max_backoff_s: float = 30.0
     env: dict[str, str] | None = None
     process: subprocess.Popen | None = field(default=None, init=False)
@@ -115,7 +116,7 @@ class ManagedEngineProcess(SupervisedChild):
         return kind(engine_spec(config, hosts), log_path=log, memory_fraction=memory_fraction,
                     device=config.gpu.device, switch_interval_ms=interval or 0.0,
                     report_s=config.server.engine_report_s,
-                    stall_exit_s=config.server.engine_stall_exit_s,
+                    stall_exit_s=config.server.engine_stall_exit_s, gc_freeze=config.runtime.gc_freeze,
                     env=child_env(config.gpu, "tts" if "tts" in hosts else "asr"))  # gpu.mps_* (None: inherit)
 
     @property
@@ -133,7 +134,8 @@ class ManagedEngineProcess(SupervisedChild):
         return [sys.executable, "-m", "agent.engine_server", "--socket", self.socket_path,
                 "--spec", json.dumps(self.spec), "--memory-fraction", repr(self.memory_fraction),
                 "--device", str(self.device), "--switch-interval-ms", repr(self.switch_interval_ms),
-                "--report-s", repr(self.report_s), "--stall-exit-s", repr(self.stall_exit_s)]
+                "--report-s", repr(self.report_s), "--stall-exit-s", repr(self.stall_exit_s),
+                *(["--gc-freeze"] if self.gc_freeze else [])]
 
     def _spawn(self) -> subprocess.Popen:
         log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115  (None: our own stderr)

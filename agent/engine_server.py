@@ -22,6 +22,8 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import gc
+import importlib
 import json
 import logging
 import os
@@ -147,7 +149,7 @@ class EngineServer:
             os.unlink(self.path)
 
     def hello(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"pid": os.getpid(), "peaks": self.peaks}
+        info: dict[str, Any] = {"pid": os.getpid(), "peaks": self.peaks, "gc_frozen": gc.get_freeze_count()}
         if self.engine is not None:
             memory = getattr(self.engine, "memory", None)
             info.update(name=self.engine.name, sample_rate=self.engine.sample_rate,
@@ -349,8 +351,11 @@ async def report_load(server: EngineServer, every_s: float, tick_s: float = 0.05
 
 
 async def serve(spec: dict[str, Any], path: str, memory_fraction: float = 0.0, device: int = 0,
-                switch_interval_ms: float = 0.0, report_s: float = 0.0, stall_exit_s: float = 0.0) -> None:
-    """Load and warm the engines, serve until SIGTERM/SIGINT, then clean up."""
+                switch_interval_ms: float = 0.0, report_s: float = 0.0, stall_exit_s: float = 0.0,
+                gc_freeze: bool = False) -> None:
+    """Load and warm the engines, serve until SIGTERM/SIGINT, then clean up. ``gc_freeze``: once warm, the heap
+    (torch, the models, ~390,000 objects for Parakeet) is moved out of the collector's reach, so a full collection
+    no longer holds the GIL over it while the batcher threads wait."""
     if switch_interval_ms > 0:  # the batcher threads hand the GIL back sooner (agent.runtime's reasoning)
         sys.setswitchinterval(switch_interval_ms / 1000.0)
     stop = asyncio.Event()
@@ -378,6 +383,14 @@ async def serve(spec: dict[str, Any], path: str, memory_fraction: float = 0.0, d
             host = "asr" if asr is not None else "tts"
             server.peaks[host] = server.peaks.get(host, 0) + peaks.get("turn", 0)
         await server.start()
+        if gc_freeze:
+            from agent.runtime import freeze_gc_heap
+
+            # the hosts a session's first request builds (smart-turn's and the streams' ops) come in frozen too
+            for module, hosted_here in (("agent.smart_turn.remote", turn), ("asr.parakeet.remote", asr)):
+                if hosted_here is not None:
+                    importlib.import_module(module)
+            freeze_gc_heap()
         hosted = [f"tts={engine.name}"] if engine is not None else []
         hosted += ["asr=parakeet"] if asr is not None else []
         hosted += [f"turn=smart-turn-v3 on {turn.device}"] if turn is not None else []
@@ -408,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--switch-interval-ms", type=float, default=0.0, help="GIL switch interval (0: Python's)")
     parser.add_argument("--report-s", type=float, default=0.0,
                         help="log CPU share, loop lag and batcher activity every this many seconds (0: never)")
+    parser.add_argument("--gc-freeze", action="store_true", help="freeze the GC heap once the engines are warm")
     parser.add_argument("--stall-exit-s", type=float, default=0.0,
                         help="exit (code 75) when a batcher's tick has run this long: a hung GPU (0: never)")
     args = parser.parse_args(argv)
@@ -417,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(f"--spec is not JSON: {exc}")
     asyncio.run(serve(spec, args.socket, args.memory_fraction, args.device, args.switch_interval_ms, args.report_s,
-                      args.stall_exit_s))
+                      args.stall_exit_s, args.gc_freeze))
     return 0
 
 

@@ -145,6 +145,7 @@ async def _capacity(config: Any, opts: Any, out_dir: Path) -> tuple[int, list]:
     corpus = load_corpus(Path.home() / ".cache" / "cadence" / "utterances", config.audio.in_sample_rate)
     try:
         await server.start_engines()
+        server.freeze_heap()
         bundle.runtime.start()
         return await find_capacity(server, bundle, corpus, opts)
     finally:

@@ -33,7 +33,7 @@ from agent.live_feed import LiveFeed
 from agent.llm_server import embedded_llama_server
 from agent.mps_qos import STAGES, mps_env
 from agent.pipeline import Engines
-from agent.runtime import freeze_gc_heap
+from agent.runtime import freeze_gc_heap, preload_call_modules
 from agent.security import middleware
 from agent.session import SessionLimits, SessionWatch, run_session
 from agent.turn_observer import TurnObserver
@@ -192,7 +192,7 @@ class CadenceServer:
 
     async def start_engines(self) -> None:
         """``start_llm`` -> engines, each in-process model's peak measured while it loads and warms ->
-        measured memory checked -> GC freeze."""
+        measured memory checked. The caller freezes the GC heap (``freeze_heap``) once the app is built too."""
         from agent.gpu_memory import StagePeaks, apply_in_process_fraction
 
         cfg = self.config
@@ -223,7 +223,15 @@ class CadenceServer:
         except BaseException:
             self.stop_children()
             raise
-        if cfg.runtime.gc_freeze:
+
+    def freeze_heap(self) -> None:
+        """After the engines and the app: import what a call imports on its first use, then freeze the GC heap
+        (``runtime.gc_freeze``), so a call's collections walk its own objects, not the libraries'."""
+        if self.config.runtime.gc_freeze:
+            engines = self.engines
+            loaded = preload_call_modules(self.config.asr.engine, self.config.vad.turn_model,
+                                          bool(getattr(engines, "remote_asr", False)))
+            logger.debug(f"preloaded {len(loaded)} modules a call imports on first use")
             freeze_gc_heap()
 
     def check_gpu_memory(self, peaks: Any) -> list[Any]:
@@ -444,6 +452,7 @@ class CadenceServer:
             runner = web.AppRunner(app, shutdown_timeout=cfg.server.shutdown_timeout_s)
             runners.append(runner)
             await runner.setup()
+            self.freeze_heap()
             if self.conn_fd is not None:  # the parent accepts; its connections come over this descriptor
                 from transports.conn_dispatch import ConnectionReceiver
 

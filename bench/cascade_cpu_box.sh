@@ -12,8 +12,10 @@
 # -> /tmp/cascade-cpu/NAME/{serve.log,cap.log,capacity.json,records-N.json.gz (every caller's timeline)}; SPY=1 also records 20 s of py-spy on the session
 # process (spy.txt, raw; needs `pip install py-spy` in the venv). HOLD (default 40) and WARMUP (8) are the level's seconds. Needs accelerate in the
 # venv (transformers serve's device map: `pip install -e ".[llm-transformers]"`) and .cascade/ from bench/wheels_cascade.sh (the prompts, smart-turn).
+# ROOT runs another checkout of the repo (an A/B against an earlier commit's worktree); LINGER_S keeps the server up
+# that long after the callers hang up (bench/session_gc_heap.sh times a full collection in the idle processes).
 set -u -o pipefail
-cd "$(dirname "$0")/.."
+cd "${ROOT:-$(dirname "$0")/..}"
 NAME=${1:?NAME}; N=${2:?CALLERS}; shift 2
 PY=${PY:-.venv/bin/python}
 OUTD=/tmp/cascade-cpu/$NAME; rm -rf "$OUTD"; mkdir -p "$OUTD" /tmp/cadence
@@ -43,4 +45,5 @@ if [ "${SPY:-0}" = 1 ]; then
   "$(dirname "$PY")/py-spy" record -r 100 -d 20 -p $SP -f raw -o "$OUTD/spy.txt" > /dev/null 2>&1
 fi
 wait $CP
+sleep "${LINGER_S:-0}"
 grep -E "phone callers" "$OUTD/cap.log" | cut -c1-1500

@@ -39,19 +39,18 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
 
     from agent.config import load_config
     from agent.pipeline import Engines
-    from agent.runtime import freeze_gc_heap
     from agent.server_factory import make_server
 
     config = load_config(None, ["vad.turn=silence", *args.set])
     server = make_server(config)
-    await server.start_engines()  # llama.cpp child (supervised as in serve), engines, GC freeze
+    await server.start_engines()  # llama.cpp child (supervised as in serve), engines
     assert isinstance(server.engines, Engines)
     supervisor = asyncio.create_task(server.llm_server.supervise()) if server.llm_server else None
     runner = web.AppRunner(server.make_app(), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     base = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    freeze_gc_heap()
+    server.freeze_heap()  # as serve: the call path's lazy imports, then the freeze
     try:
         result = await churn(server, base, args.cycles, args.warmup, args.report_every, config.server.api_key)
     finally:

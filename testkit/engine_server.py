@@ -13,10 +13,12 @@ from typing import Any
 from transports.engine_link import EngineUnavailable, hello
 
 
-def start_engine_server(path: str, spec: dict[str, Any], timeout_s: float = 120.0) -> subprocess.Popen:
-    """The engine server for ``spec`` on socket ``path`` (one torch thread); returns once ``hello`` answers."""
-    proc = subprocess.Popen([sys.executable, "-m", "agent.engine_server", "--socket", path, "--spec", json.dumps(spec)],
-                            start_new_session=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+def start_engine_server(path: str, spec: dict[str, Any], timeout_s: float = 120.0,
+                        extra: tuple[str, ...] = ()) -> subprocess.Popen:
+    """The engine server for ``spec`` on socket ``path`` (one torch thread), with ``extra`` arguments; returns once
+    ``hello`` answers."""
+    proc = subprocess.Popen([sys.executable, "-m", "agent.engine_server", "--socket", path, "--spec", json.dumps(spec),
+                             *extra], start_new_session=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     deadline = time.monotonic() + timeout_s
     while True:
         if proc.poll() is not None:

@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector
 from agent.admission import AdmissionGate
 from agent.metrics.budgets import BudgetMonitor
 from agent.metrics.stages import STAGES, StageMetrics
+from agent.runtime import FreezeWatch
 
 MS_QUANTILES = (0.5, 0.95, 0.99)
 RATIO_QUANTILES = (0.01, 0.05, 0.5)  # a ratio's bad tail is the low one
@@ -63,6 +64,10 @@ class CadenceCollector(Collector):
             yield from self._gpu_memory(self.gpu_memory())
         yield GaugeMetricFamily("cadence_gc_frozen_objects", "objects moved out of GC by gc.freeze()",
                                 value=gc.get_freeze_count())
+        late = FreezeWatch.imported_since()
+        if late is not None:  # each such module's objects are walked by every full collection
+            yield GaugeMetricFamily("cadence_modules_after_gc_freeze",
+                                    "modules imported after the GC heap was frozen", value=late)
         yield from _vad_batches()
         yield from _asr_fallback()
         yield from _llm_requests()

@@ -19,6 +19,7 @@ from collections import deque
 from loguru import logger
 
 from agent.metrics.stages import StageMetrics
+from agent.runtime import FreezeWatch
 
 
 class RuntimeMonitor:
@@ -83,3 +84,7 @@ class RuntimeMonitor:
             while self._gc_pauses:
                 self.metrics.record("gc_pause", self._gc_pauses.popleft(), now)
             self._log_long_pauses(now)
+            late = FreezeWatch.newly_imported()
+            if late:  # what agent.runtime.preload_call_modules should have imported before the freeze
+                logger.warning(f"{len(late)} module(s) imported after the GC freeze (walked by every full "
+                               f"collection from now on): {', '.join(late[:40])}")

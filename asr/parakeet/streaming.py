@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from asr.parakeet.decoding.label_looping import DecodedSeq, DecoderCarry
+if TYPE_CHECKING:  # torch's types only: a session process that streams through the engine process never imports torch
+    from asr.parakeet.decoding.label_looping import DecodedSeq, DecoderCarry
 
 _ids = itertools.count(1)
 

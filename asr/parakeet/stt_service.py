@@ -30,7 +30,7 @@ import dataclasses
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from loguru import logger
@@ -54,11 +54,12 @@ from pipecat.transcriptions.language import Language
 from pipecat.utils.time import time_now_iso8601
 from pipecat.utils.tracing.service_decorators import traced_stt
 
-from asr.parakeet.batcher import StreamBatcher
-from asr.parakeet.shared_engine import shared_parakeet_batcher
 from asr.parakeet.streaming import StreamResult, StreamSession
 from asr.pause import CallerPauseFrame
 from transports.audio_level import level_dbfs
+
+if TYPE_CHECKING:  # the in-process batcher imports torch; a session process streaming through the engine does not
+    from asr.parakeet.batcher import StreamBatcher
 
 AUDIBLE_DBFS = -40.0  # asr.eager_segment's rule: audible = at least this loud ...
 BELOW_PEAK_DB = 30.0  # ... or within this much of the utterance's peak
@@ -301,6 +302,8 @@ class ParakeetSTTService(STTService):
 
 def create_parakeet_stt(asr_config: Any, **kwargs: Any) -> ParakeetSTTService:
     """The factory ``asr.engine = "parakeet"`` selects: a service on the shared batcher."""
+    from asr.parakeet.shared_engine import shared_parakeet_batcher
+
     batcher = shared_parakeet_batcher(asr_config)
     return ParakeetSTTService(
         batcher,

@@ -27,9 +27,10 @@ KOKORO = {"tiny": True, "device": "cpu", "max_batch": 16, "warmup": False, "firs
 THREE_CLAUSES = "Sure, I can help. Your order ships today. It should arrive on Friday."
 
 
-def start_engine_process(path: str) -> subprocess.Popen:
+def start_engine_process(path: str, extra: tuple[str, ...] = ()) -> subprocess.Popen:
     """``python -m agent.engine_server`` with the tiny Kokoro; returns once its ``hello`` answers."""
-    return start_engine_server(path, {"tts": {"engine": "kokoro"}, "kokoro": {**KOKORO, "g2p": g2p_kind()}})
+    return start_engine_server(path, {"tts": {"engine": "kokoro"}, "kokoro": {**KOKORO, "g2p": g2p_kind()}},
+                               extra=extra)
 
 
 stop = stop_engine_server
@@ -44,7 +45,7 @@ def socket_dir() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def engine_process(socket_dir: str) -> Iterator[tuple[subprocess.Popen, str]]:
     path = str(Path(socket_dir) / "engine.sock")
-    proc = start_engine_process(path)
+    proc = start_engine_process(path, ("--gc-freeze",))  # as cadence serve starts it (runtime.gc_freeze)
     yield proc, path
     stop(proc)
     assert proc.returncode == 0  # SIGTERM is a clean exit
@@ -70,6 +71,23 @@ async def _wait(predicate, timeout: float = 20.0) -> None:
 def test_hello_names_the_engine(engine_process):
     info = hello(engine_process[1])
     assert info["name"] == "kokoro" and info["sample_rate"] == 24000 and info["pid"] == engine_process[0].pid
+    # the warm heap (torch, the model) is out of the collector's reach: the tests below run on it frozen
+    deadline = time.monotonic() + 10
+    while info["gc_frozen"] == 0 and time.monotonic() < deadline:  # hello answers from just before the freeze
+        time.sleep(0.05)
+        info = hello(engine_process[1])
+    assert info["gc_frozen"] > 50_000, info
+
+
+def test_engine_process_freezes_its_heap_as_the_runtime_says():
+    from agent.config import Config
+    from agent.engine_process import ManagedEngineProcess
+
+    config = Config()
+    config.tts.engine = "kokoro"
+    assert "--gc-freeze" in ManagedEngineProcess.for_config(config).command()
+    config.runtime.gc_freeze = False
+    assert "--gc-freeze" not in ManagedEngineProcess.for_config(config).command()
 
 
 async def test_same_pcm_as_in_process(remote):

@@ -110,6 +110,12 @@ async def test_a_call_is_transcribed_answered_and_paced(server):
           f"max {lateness['max']:.1f} ms over {lateness['n']} chunks; underruns {stats['underruns']}")
     assert lateness["p50"] < 10.0
     assert await nothing_left(server["url"])
+    # a call imports nothing the GC freeze left out (agent.runtime.preload_call_modules): each module imported
+    # after it would be walked by every full collection for the process's life
+    async with aiohttp.ClientSession() as http, http.get(f"{server['url']}/metrics") as r:
+        metrics = await r.text()
+    late = [line for line in metrics.splitlines() if line.startswith("cadence_modules_after_gc_freeze ")]
+    assert late == ["cadence_modules_after_gc_freeze 0.0"], late or metrics[:2000]
 
 
 async def test_barge_in_sends_clear_within_200_ms(server):
