@@ -35,9 +35,13 @@ def census(path: Path) -> dict:
 
 
 def pauses_during_calls(log: str) -> list[int]:
-    """Generation-2 pauses >= 20 ms the session process logged after its first call started."""
+    """Generation-2 pauses >= 20 ms the session process logged from its first call's start to the first hang-up
+    (the collection that frees the ended calls comes after it)."""
     start = log.find("session phone-")
-    return [int(x) for x in re.findall(r"the longest (\d+) ms, generation 2", log[start:])] if start >= 0 else []
+    end = re.search(r"session phone-\S+: ended", log)
+    if start < 0:
+        return []
+    return [int(x) for x in re.findall(r"the longest (\d+) ms, generation 2", log[start:end.start() if end else None])]
 
 
 def main(out: Path) -> None:
@@ -59,7 +63,7 @@ def main(out: Path) -> None:
         t = level["stage_tails"]
         pauses = pauses_during_calls((arm / "serve.log").read_text())
         tails.append(f"- {arm.name} ({commit}): {level['concurrency']} callers; generation-2 pauses >= 20 ms logged "
-                     f"during the calls: {len(pauses)} {pauses}; p99 gc_pause {t.get('gc_pause', 0):.1f} ms, "
+                     f"during the calls (to the first hang-up): {len(pauses)} {pauses}; p99 gc_pause {t.get('gc_pause', 0):.1f} ms, "
                      f"event_loop_lag {t['event_loop_lag']:.1f} ms, phone_input_lag {t['phone_input_lag']:.0f} ms; "
                      f"first audio p50/p99 {level['first_audio_p50_ms']:.0f}/{level['first_audio_p99_ms']:.0f} ms; "
                      f"answered once {level['answered_once']}/{level['turns']}")
