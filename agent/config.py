@@ -31,6 +31,10 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 7860
     log_level: str = "INFO"
+    # At each hang-up, log the call's turns as one JSON line (``session <id>: turns [...]``): each turn's stage
+    # latencies (ms) and event times (monotonic s, comparable across the host's processes), so a capacity run's
+    # slowest turns can be split into server stages per turn (bench/turn_tail.py), not only per level.
+    log_call_turns: bool = False
     # Non-empty: every route but the page, /health and /ready needs it, as ``Authorization: Bearer
     # KEY`` or (WebSocket clients that cannot send headers, and the page's own URL) ``?token=KEY``.
     # The phone socket also takes it as the ``token`` custom parameter. Empty: open, as before.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -47,6 +48,14 @@ GOODBYE_TAIL_S = 0.2
 # Extensions (metrics, phone transport, ...) register routes and observers through hooks.
 RouteHook = Callable[[web.Application, "CadenceServer"], None]
 
+
+
+def turn_records(turns: TurnObserver, text: bool, last: int = 100) -> list[dict[str, Any]]:
+    """A call's last ``last`` turns: latencies (ms), event times (monotonic s), and with ``text`` what was said."""
+    return [{**({"transcript": t.transcript_text, "reply": t.reply_text.strip()} if text else {}),
+             "interrupted": t.interrupted, "latency_ms": {k: round(v, 1) for k, v in t.stages_ms().items()},
+             "llm_requests": t.llm_requests, "at": t.event_times()}
+            for t in turns.turns[-last:]]
 
 
 def install_stop_signals(loop: asyncio.AbstractEventLoop, on_signal: Callable[[signal.Signals], None]) -> list:
@@ -298,6 +307,8 @@ class CadenceServer:
                               audio_out_sample_rate=audio_out_sample_rate, limits=limits, watch=watch)
         finally:
             self.live.pop(session_id, None)
+            if self.config.server.log_call_turns and turns.turns:
+                logger.info(f"session {session_id}: turns {json.dumps(turn_records(turns, False))}")
 
     def live_feed(self, session_id: str) -> LiveFeed | None:
         """The page's view of a WebRTC call (its data channel); None for other transports."""
@@ -333,13 +344,7 @@ class CadenceServer:
         turns = self.sessions.get(request.match_info["session_id"])
         if turns is None:
             return web.json_response({"error": "no such session"}, status=404)
-        text = self.config.phone.expose_transcripts
-        return web.json_response({"turns": [
-            {**({"transcript": t.transcript_text, "reply": t.reply_text.strip()} if text else {}),
-             "interrupted": t.interrupted, "latency_ms": {k: round(v, 1) for k, v in t.stages_ms().items()},
-             "llm_requests": t.llm_requests, "at": t.event_times()}
-            for t in turns.turns[-100:]
-        ]})
+        return web.json_response({"turns": turn_records(turns, self.config.phone.expose_transcripts)})
 
     def make_app(self) -> web.Application:
         cfg = self.config

@@ -250,7 +250,8 @@ fi
 # 4. cadence serve -------------------------------------------------------------------------------
 SETS=(--set "admission.max_sessions=$MAX_LEVEL" --set admission.queue_size=0 --set admission.budget_gate=false
       --set llm.temperature=1.0 --set "llm.max_tokens=$REPLY_TOKENS" --set "llm.server_log=$LOGS/llm-server.log"
-      --set budgets.window_s=900 --set gpu.check_measured=false "${DRY[@]}" "${LLM_SETS[@]}")
+      --set budgets.window_s=900 --set gpu.check_measured=false --set server.log_call_turns=true
+      "${DRY[@]}" "${LLM_SETS[@]}")
 [ -n "${TTS_ENGINE:-}" ] && SETS+=(--set "tts.engine=$TTS_ENGINE")
 [ -n "${LLM_REPLICAS:-}" ] && SETS+=(--set "llm.replicas=$LLM_REPLICAS")
 [ -n "${KOKORO_COMPILE:-}" ] && SETS+=(--set "tts.kokoro_compile=$([ "$KOKORO_COMPILE" = 1 ] && echo true || echo false)")

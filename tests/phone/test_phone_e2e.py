@@ -116,6 +116,15 @@ async def test_a_call_is_transcribed_answered_and_paced(server):
         metrics = await r.text()
     late = [line for line in metrics.splitlines() if line.startswith("cadence_modules_after_gc_freeze ")]
     assert late == ["cadence_modules_after_gc_freeze 0.0"], late or metrics[:2000]
+    # at the hang-up the call's turns were logged as one JSON line, in order, with the events bench/turn_tail.py
+    # joins on the callers' records (server.log_call_turns)
+    logged = [line for line in server["log"] if f"session phone-{caller.stream_sid}: turns [" in line]
+    assert len(logged) == 1, logged
+    turns = [t for t in json.loads(logged[0].split(": turns ", 1)[1]) if "vad_stop" in t["at"]]
+    assert len(turns) >= len(CONVERSATION), turns
+    stops = [t["at"]["vad_stop"] for t in turns]
+    assert stops == sorted(stops)
+    assert all(t["at"]["vad_stop"] < t["at"]["tts_start"] < t["at"]["first_audio_out"] for t in turns[:3]), turns
 
 
 async def test_barge_in_sends_clear_within_200_ms(server):
