@@ -35,6 +35,11 @@ from tts.lead_trim import trim_leading_silence
 from tts.phrase_cache import PhraseCache
 
 _DONE = object()
+# pipecat ends a TTS audio context (TTSStoppedFrame: the bot stops speaking) after this long without audio, 3 s by
+# default. A reply's later clause that an overloaded engine delivers later than that would then stop the bot
+# mid-reply and go out as a second spurt (the CPU box at 16 callers: the turn counted as answered twice). A reply's
+# context is closed when its text ends, so this only bounds a stall, not the end of a reply.
+STALL_TOLERANCE_S = 15.0
 
 
 class CadenceTTSService(TTSService):
@@ -47,6 +52,7 @@ class CadenceTTSService(TTSService):
         ``first_clause_max_words``: a reply's first clause with no clause mark is sent to synthesis after this many
         words (``tts.first_clause_max_words``).
         """
+        kwargs.setdefault("stop_frame_timeout_s", STALL_TOLERANCE_S)
         super().__init__(
             push_start_frame=True,
             push_stop_frames=True,

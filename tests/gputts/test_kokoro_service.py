@@ -63,3 +63,36 @@ async def test_interruption_withdraws_queued_clauses(engine):
     down, _ = await run_test(CadenceTTSService(engine), frames_to_send=[TTSSpeakFrame("Okay."), SleepFrame(sleep=0.1)],
                              pipeline_params=PARAMS)
     assert [f for f in down if isinstance(f, TTSAudioRawFrame)]
+
+
+class _StallingEngine:
+    """The tiny Kokoro engine whose stream stalls ``stall_s`` before its second piece: an overloaded GPU (or the
+    CPU box's Piper at 0.5x) delivering a reply's later clause late."""
+
+    def __init__(self, engine, stall_s: float) -> None:
+        self._engine, self.stall_s = engine, stall_s
+        self.name, self.sample_rate = engine.name, engine.sample_rate
+
+    async def synthesize_stream(self, text: str, **kw):
+        import asyncio
+
+        n = 0
+        async for piece in self._engine.synthesize_stream(text, **kw):
+            if n == 1:
+                await asyncio.sleep(self.stall_s)
+            n += 1
+            yield piece
+
+
+async def test_a_reply_whose_later_clause_stalls_stays_one_reply(engine):
+    """pipecat closes an audio context after 3 s without audio (``stop_frame_timeout_s``), so a later clause that
+    came 3 s late went out under a new context: the caller heard one reply as two (two TTS responses, counted as
+    the turn answered twice on the overloaded CPU box). The service waits longer than any clause's stall."""
+    text = "Sure, I can help with that. Your order ships today, and it should arrive on Friday."
+    frames = [LLMFullResponseStartFrame(), TextFrame(text), LLMFullResponseEndFrame(), SleepFrame(sleep=4.5)]
+    service = CadenceTTSService(_StallingEngine(engine, 3.5))  # type: ignore[arg-type]
+    down, _ = await run_test(service, frames_to_send=frames, pipeline_params=PARAMS)
+    audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
+    assert len(audio) >= 2 and len({f.context_id for f in audio}) == 1, {f.context_id for f in audio}
+    assert sum(isinstance(f, TTSStartedFrame) for f in down) == 1
+    assert sum(isinstance(f, TTSStoppedFrame) for f in down) == 1
