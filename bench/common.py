@@ -47,15 +47,19 @@ def cuda_time(fn: Callable[[], Any], warmup: int = 2, iters: int = 5) -> dict[st
 
 
 def host_time(fn: Callable[[], Any], warmup: int = 1, iters: int = 3) -> dict[str, float]:
-    """Like :func:`cuda_time` but with a host clock (for code that synchronises itself)."""
+    """Like :func:`cuda_time` but with a host clock (for code that synchronises itself; on a machine without
+    CUDA, plain wall time)."""
+    cuda = torch.cuda.is_available()
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.synchronize()
     times = []
     for _ in range(iters):
         t0 = time.perf_counter()
         fn()
-        torch.cuda.synchronize()
+        if cuda:
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     return {"median_s": statistics.median(times), "min_s": min(times), "iters": iters}
 

@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import json
 import re
-import statistics
 import sys
 import time
 from collections import defaultdict
@@ -157,17 +156,8 @@ def sync() -> None:
 def median_ms(fn: Callable[[], Any], iters: int, device_clock: bool = True) -> float:
     """Median milliseconds of ``fn`` after two warm calls: ``bench.common``'s CUDA-event clock (``device_clock``) or
     its synchronised host clock; on the CPU (``--smoke``) the host clock alone."""
-    if torch.cuda.is_available():
-        timer = cuda_time if device_clock else host_time
-        return timer(fn, warmup=2, iters=iters)["median_s"] * 1000
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
+    timer = cuda_time if device_clock and torch.cuda.is_available() else host_time
+    return timer(fn, warmup=2, iters=iters)["median_s"] * 1000
 
 
 def conv_shapes(model: Any, clause_s: float) -> list[dict[str, int]]:

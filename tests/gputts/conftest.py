@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -51,3 +52,20 @@ def engine_load_lines(engine, texts: list[str], caplog, tmp_path) -> tuple[list[
     with caplog.at_level(logging.INFO, logger="cadence.engine"):
         counts = asyncio.run(run())
     return [r.getMessage() for r in caplog.records if "engine load" in r.getMessage()], counts
+
+
+class HeldModel:
+    """Kokoro's tiny model whose batched call waits until ``release`` is set: the CPU stand-in for a GPU that
+    stopped finishing work (run 73's two threads in ``.cpu()``), or for a tick still running when something reads
+    the batcher (CI's 309 ms tick against 0.2 s load lines)."""
+
+    def __init__(self, model) -> None:
+        self._model = model
+        self.release = threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def synthesize(self, items, frame_bucket=1):
+        self.release.wait(30)
+        return self._model.synthesize(items, frame_bucket)

@@ -4,10 +4,9 @@ and the decoder's work vs waiting for their results (host-bound vs GPU-bound).""
 from __future__ import annotations
 
 import re
-import threading
 import time
 
-from tests.gputts.conftest import engine_load_lines
+from tests.gputts.conftest import HeldModel, engine_load_lines
 
 
 def test_load_report_splits_kokoro_time_into_launch_and_wait(engine, caplog, tmp_path) -> None:
@@ -38,26 +37,10 @@ def test_load_report_gives_the_first_clauses_queue_wait_and_the_tick_times(engin
         assert p50 <= p99 and tick50 <= tick99 and tick99 > 0, m.group(0)
 
 
-class _HeldModel:
-    """Kokoro's tiny model whose batched call waits until released: a tick that is still running when a load line
-    drains the timings (CI's slow tick, 309 ms against 0.2 s lines)."""
-
-    def __init__(self, model) -> None:
-        self._model = model
-        self.release = threading.Event()
-
-    def __getattr__(self, name):
-        return getattr(self._model, name)
-
-    def synthesize(self, items, frame_bucket=1):
-        self.release.wait(30)
-        return self._model.synthesize(items, frame_bucket)
-
-
 def test_a_first_clause_wait_is_not_lost_to_a_drain_during_its_tick(engine) -> None:
     from tts.kokoro.batcher import SynthesisBatcher
 
-    model = _HeldModel(engine.model)
+    model = HeldModel(engine.model)
     batcher = SynthesisBatcher(model, max_batch=4)  # type: ignore[arg-type]
     try:
         request = batcher.submit_future(engine.utterance(engine.phoneme_ids("Hello there.")), time.monotonic())

@@ -4,31 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 
 from agent.engine_watchdog import STALL_EXIT_CODE, hosted_batchers, stalled, watch_ticks
-
-
-class _HangingModel:
-    """Kokoro's tiny model whose batched call waits until released: the CPU stand-in for a GPU that stopped
-    finishing work (run 73's two threads in ``.cpu()``)."""
-
-    def __init__(self, model) -> None:
-        self._model = model
-        self.release = threading.Event()
-
-    def __getattr__(self, name):
-        return getattr(self._model, name)
-
-    def synthesize(self, items, frame_bucket=1):
-        self.release.wait(30)
-        return self._model.synthesize(items, frame_bucket)
+from tests.gputts.conftest import HeldModel
 
 
 async def test_a_stalled_tick_logs_every_stack_and_exits_for_a_restart(engine, caplog):
     from tts.kokoro.batcher import SynthesisBatcher
 
-    model = _HangingModel(engine.model)
+    model = HeldModel(engine.model)
     batcher = SynthesisBatcher(model, max_batch=4)  # type: ignore[arg-type]
     try:
         assert batcher.stalled_s() == 0.0
