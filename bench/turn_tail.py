@@ -20,6 +20,8 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.capacity.phone_caller import PhoneCallRecord  # noqa: E402
@@ -35,9 +37,24 @@ STAGES = (("transcript", "end_of_speech", "transcript"), ("turn_end", "end_of_sp
                                                                "first_audio_out"))
 
 
+# a turn whose end came this long after the VAD stop waited the silence fallback (`vad.turn_fallback_secs`, 0.8 s
+# in gpu.toml): the turn model judged it unfinished at the stop, whatever the machine did
+FALLBACK_AFTER_STOP_S = 0.5
+
+
 def stages(at: dict[str, float]) -> dict[str, float]:
     """The turn's stage latencies (ms) from its event times."""
     return {name: (at[b] - at[a]) * 1000.0 for name, a, b in STAGES if a in at and b in at}
+
+
+def waited_fallback(at: dict[str, float]) -> bool:
+    """Whether the server ended the turn on the silence fallback rather than at the VAD stop."""
+    return "turn_end" in at and at["turn_end"] - at["vad_stop"] >= FALLBACK_AFTER_STOP_S
+
+
+def percentile(values: list[float], q: float) -> float:
+    """numpy's (linear) percentile, as `cadence capacity` reports its levels."""
+    return float(np.percentile(values, q))
 
 
 def server_turns(log: str) -> dict[str, list[dict]]:
@@ -51,9 +68,9 @@ def server_turns(log: str) -> dict[str, list[dict]]:
     return out
 
 
-def joined(records: dict, log: str) -> tuple[list[tuple[float, dict]], int]:
-    """(the caller's first audio ms, the server turn's latencies) for every answered turn in the hold that a
-    logged server turn matches, and how many answered turns the hold had."""
+def joined(records: dict, log: str) -> tuple[list[tuple[float, dict, bool]], int]:
+    """(the caller's first audio ms, the server turn's latencies, whether it waited the silence fallback) for every
+    answered turn in the hold that a logged server turn matches, and how many answered turns the hold had."""
     start, end = records["hold"]
     by_session = server_turns(log)
     out, answered = [], 0
@@ -67,7 +84,7 @@ def joined(records: dict, log: str) -> tuple[list[tuple[float, dict]], int]:
             nxt = record.speech_starts[i + 1] if i + 1 < len(record.speech_starts) else float("inf")
             match = next((t for t in server if turn.eos - 0.05 <= t["at"]["vad_stop"] < nxt), None)
             if match is not None:
-                out.append((turn.first_audio_ms, stages(match["at"])))
+                out.append((turn.first_audio_ms, stages(match["at"]), waited_fallback(match["at"])))
     return out, answered
 
 
@@ -95,6 +112,13 @@ def main() -> None:
     caller = [p[0] for p in pairs]
     print(f"| caller first audio | {statistics.median(caller):.0f} | {statistics.median([p[0] for p in tail]):.0f}"
           f" | {tail[-1][0]:.0f} |")
+    print(f"\nCaller first audio by how the server ended the turn (the fallback: a turn end >= {FALLBACK_AFTER_STOP_S} s"
+          " after the VAD stop):")
+    for label, fell_back in (("at the VAD stop (turn model: finished)", False), ("on the silence fallback", True)):
+        group = [p[0] for p in pairs if p[2] is fell_back]
+        if group:
+            print(f"  {label}: p50 / p95 / p99 {percentile(group, 50):,.0f} / {percentile(group, 95):,.0f} / "
+                  f"{percentile(group, 99):,.0f} ms (n {len(group)}, {len(group) / len(pairs):.0%})")
 
 
 if __name__ == "__main__":
