@@ -15,7 +15,6 @@ import io
 import json
 import math
 import multiprocessing
-import os
 import statistics
 import time
 import wave
@@ -171,25 +170,3 @@ class Clients:
         self.pool.shutdown(cancel_futures=True)
 
 
-def tree_cpu_seconds(pid: int) -> tuple[float, float]:
-    """User + system CPU seconds so far of ``pid`` itself, and of its descendants (Linux /proc).
-
-    The descendants' figure is every live descendant's own time plus the time of the reaped children of every
-    process in the tree (``cutime`` + ``cstime``), so a descendant that exits between two reads (a cold run's
-    compile workers: run 103's first arm read -0.75 server CPU s for the mix) keeps its time in the sum."""
-    tick = os.sysconf("SC_CLK_TCK")
-    stats: dict[int, tuple[int, float, float]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        stats[int(stat.parent.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick,
-                                        (int(fields[13]) + int(fields[14])) / tick)
-    _, own, reaped = stats.get(pid, (0, 0.0, 0.0))
-    descendants, frontier = reaped, [c for c, (ppid, _, _) in stats.items() if ppid == pid]
-    while frontier:
-        p = frontier.pop()
-        descendants += stats[p][1] + stats[p][2]
-        frontier.extend(c for c, (ppid, _, _) in stats.items() if ppid == p)
-    return own, descendants

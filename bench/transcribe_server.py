@@ -56,7 +56,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.transcribe_load import Clients, clip_set, speech, tree_cpu_seconds  # noqa: E402
+from agent.capacity.server_cpu import tree_cpu_seconds  # noqa: E402
+from bench.transcribe_load import Clients, clip_set, speech  # noqa: E402
 
 CPU_PLAN = "10:1,4,8;mix:8;300:4"
 GPU_PLAN = "10:1,256;mix:256;3600:4"

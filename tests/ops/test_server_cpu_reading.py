@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from bench.transcribe_load import tree_cpu_seconds
+from agent.capacity.server_cpu import tree_cpu_seconds
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5:\n    pass\n"
 
