@@ -224,6 +224,10 @@ class BudgetsConfig:
     tts_first_audio_p99_ms: float = 400.0
     output_chunk_lateness_ms: float = 40.0
     first_audio_p99_ms: float = 1500.0
+    # Judge first_audio_p99_ms over the turns that did not wait the turn model's silence fallback (a turn it
+    # judged unfinished waits vad.turn_fallback_secs whatever the load): the phone capacity run reads each turn's
+    # end from its reply's marks. Every turn's figures are reported either way.
+    first_audio_excludes_fallback: bool = False
     # Each stream's delivered audio seconds per wall second: its 1st percentile must stay above.
     output_rt_ratio_min: float = 1.2
     window_s: float = 60.0

@@ -30,11 +30,14 @@ from pipecat.turns.types import ProcessFrameResult
 from pipecat.turns.user_stop import TurnAnalyzerUserTurnStopStrategy
 
 from agent.sentence_end import reads_finished
-from agent.turn_ends import TURN_ENDS, strategy_state
+from agent.turn_ends import TURN_ENDS, TurnEndNote, strategy_state
 
 
 class FinishedTextStopMixin:
     """The finished-sentence end of turn for a ``TurnAnalyzerUserTurnStopStrategy``."""
+
+    # the call's note of what ended its latest turn (``agent.turn_ends``); set by ``build_worker``
+    turn_end_note: TurnEndNote | None = None
 
     def __init__(self, *, finished_text_secs: float | None = None, **kwargs):
         """``finished_text_secs``: silence past the VAD stop after which a turn whose transcript reads as a
@@ -48,6 +51,7 @@ class FinishedTextStopMixin:
         self.ended_on_finished_text = 0  # turns this rule ended (tests, diagnosis)
         self.ended_without_words = 0  # turns ended on an empty final with no words before it
         self._ended_this_turn = False
+        self._ending_by: str | None = None  # the rule of this class that completed the turn, if one did
         self.unended: list[str] = []  # what it had seen of each turn something else ended (tests, diagnosis)
 
     def _text_end_blocked(self) -> bool:
@@ -67,9 +71,18 @@ class FinishedTextStopMixin:
         await self._cancel_finished_task()
         await super().cleanup()
 
-    async def trigger_user_turn_stopped(self, *args, **kwargs):
+    async def trigger_user_turn_finalized(self, *args, **kwargs):
+        """Every way the turn ends here comes through this (pipecat's ``trigger_user_turn_stopped`` and a confirmed
+        speculation, ``agent.speculative_turn``): note what ended it for the call (``turn_end_note``)."""
         self._ended_this_turn = True
-        await super().trigger_user_turn_stopped(*args, **kwargs)
+        analyzer = getattr(self, "_turn_analyzer", None)
+        by = self._ending_by or getattr(analyzer, "last_complete_by", None)
+        self._ending_by = None
+        if analyzer is not None and getattr(analyzer, "last_complete_by", None) is not None:
+            analyzer.last_complete_by = None  # this turn's verdict: not the next turn's
+        if self.turn_end_note is not None:
+            self.turn_end_note.note(by)
+        await super().trigger_user_turn_finalized(*args, **kwargs)
 
     async def handle_user_turn_stopped(self):
         """Log what this strategy had seen of a turn after its VAD stop that it did not end (pipecat's
@@ -79,6 +92,7 @@ class FinishedTextStopMixin:
             self.unended.append(state)
             logger.info(f"a turn ended without its stop strategy: {state}")
         self._ended_this_turn = False
+        self._ending_by = None
         await super().handle_user_turn_stopped()
 
     async def _end_if_no_words(self) -> None:
@@ -88,6 +102,7 @@ class FinishedTextStopMixin:
             return
         self.ended_without_words += 1
         TURN_ENDS["no_words"] += 1
+        self._ending_by = "no_words"
         await self._cancel_finished_task()
         await self.trigger_user_turn_stopped()
 
@@ -122,6 +137,7 @@ class FinishedTextStopMixin:
             return
         self.ended_on_finished_text += 1
         TURN_ENDS["finished_text"] += 1
+        self._ending_by = "finished_text"
         self._turn_complete = True
         await self._maybe_trigger_user_turn_stopped()
 

@@ -56,7 +56,7 @@ from agent.speculative_turn import (
 from agent.timed_vad import TimedVADProcessor
 from agent.tool_calls import ToolCallStyle, register_tools
 from agent.transcripts import CallTranscript
-from agent.turn_ends import count_stop_timeouts
+from agent.turn_ends import TurnEndNote, count_stop_timeouts
 from agent.user_aggregator import CadenceAggregatorPair
 from agent.vad_batcher import BatchedSileroVADAnalyzer
 from tts.engines import TTSEngine, create_engine
@@ -355,6 +355,7 @@ def build_worker(
     config = engines.config
     fast_barge_in = config.vad.fast_barge_in and not getattr(transport, "has_own_barge_in", False)
     strategies = make_turn_strategies(config, engines.speculation_stats)
+    note_turn_ends(strategies, transport)
     # llm.speculate_tts: a speculative reply is synthesized during the turn end's wait, its audio held after the TTS
     hold_audio = config.llm.speculate_tts and any(isinstance(s, SpeculativeStopMixin) for s in strategies.stop)
     stt = engines.make_stt()
@@ -410,6 +411,19 @@ def build_worker(
     worker.cadence_call = control  # type: ignore[attr-defined]  (talk reads its tool log)
     worker.cadence_transcript = transcript  # type: ignore[attr-defined]
     return worker
+
+
+def note_turn_ends(strategies: UserTurnStrategies, transport: BaseTransport) -> TurnEndNote:
+    """One note per call of what ended its latest turn: the stop strategies write it, the transport's output reads
+    it where it can tell the far end (the phone line's mark names, ``transports/phone/marks.py``)."""
+    note = TurnEndNote()
+    for strategy in strategies.stop:
+        if hasattr(strategy, "turn_end_note"):
+            strategy.turn_end_note = note
+    output = transport.output()
+    if hasattr(output, "turn_end_note"):
+        output.turn_end_note = note
+    return note
 
 
 def make_context(bot: Any, llm: CadenceLLMService, control: CallControl, call: CallConfig) -> LLMContext:

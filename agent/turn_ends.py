@@ -16,6 +16,10 @@
 
 The two analyzers of the end of turn (pipecat's ONNX one and the engine-backed one) take ``CountedTurnEnds``
 first in their bases; the finished-text rule counts itself.
+
+Per call, ``TurnEndNote`` keeps what ended the latest turn: the stop strategy notes it when it ends the turn,
+and the phone line names the reply's marks with it (``r<response>-<by>-<ms>``), so ``cadence capacity`` can tell
+the turns that waited the silence fallback from the rest, turn by turn.
 """
 
 from __future__ import annotations
@@ -49,17 +53,37 @@ def count_stop_timeouts(user_aggregator: Any, session_id: str) -> None:
         logger.info(f"session {session_id}: turn ended by pipecat's user_turn_stop_timeout, not by a stop strategy")
 
 
+class TurnEndNote:
+    """What ended one call's latest turn (one of ``BY``), until a reply takes it."""
+
+    def __init__(self) -> None:
+        self.by: str | None = None
+
+    def note(self, by: str | None) -> None:
+        self.by = by
+
+    def take(self) -> str | None:
+        """The latest turn's end, once: the first reply after the turn end is that turn's answer."""
+        by, self.by = self.by, None
+        return by
+
+
 class CountedTurnEnds:
-    """Mixin for a ``BaseSmartTurn``: counts the model's complete verdicts and the silence fallback's ends."""
+    """Mixin for a ``BaseSmartTurn``: counts the model's complete verdicts and the silence fallback's ends, and
+    keeps which of the two gave the latest complete (``last_complete_by``)."""
+
+    last_complete_by: str | None = None
 
     def append_audio(self, buffer: bytes, is_speech: bool) -> EndOfTurnState:
         state = super().append_audio(buffer, is_speech)  # type: ignore[misc]
         if state == EndOfTurnState.COMPLETE:
             TURN_ENDS["silence"] += 1
+            self.last_complete_by = "silence"
         return state
 
     async def analyze_end_of_turn(self) -> tuple[EndOfTurnState, MetricsData | None]:
         state, metrics = await super().analyze_end_of_turn()  # type: ignore[misc]
         if state == EndOfTurnState.COMPLETE:
             TURN_ENDS["model"] += 1
+            self.last_complete_by = "model"
         return state, metrics

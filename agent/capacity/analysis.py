@@ -105,6 +105,12 @@ class LevelResult:
     counts: dict[str, float] = field(default_factory=dict)
     worker_calls: list[int] = field(default_factory=list)  # live calls per worker at the hold's end (--workers N)
     turn_waves: dict[str, float] = field(default_factory=dict)  # the turns' burstiness (agent.capacity.waves)
+    # (phone) the answered turns the server ended on the turn model's silence fallback, named in the reply's marks,
+    # and the first audio over the other answered turns; None where no reply named its turn's end (older servers)
+    fallback_turns: int = 0
+    first_audio_no_fallback_p50_ms: float | None = None
+    first_audio_no_fallback_p95_ms: float | None = None
+    first_audio_no_fallback_p99_ms: float | None = None
 
 
 def judge_level(concurrency: int, records: list[CallRecord], steady_from: float, until: float,

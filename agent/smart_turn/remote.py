@@ -136,6 +136,7 @@ class RemoteSmartTurnAnalyzer(CountedTurnEnds, BaseSmartTurn):
         if complete:
             self._clear(state)
             TURN_ENDS["model"] += 1  # (this method replaces CountedTurnEnds', which counts the ONNX analyzer's)
+            self.last_complete_by = "model"
         return state, metrics
 
     async def _local(self, audio16k: np.ndarray, why: BaseException) -> float:

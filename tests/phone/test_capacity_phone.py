@@ -17,8 +17,9 @@ from agent.capacity.phone_caller import (
     Prompt,
     audible,
 )
-from agent.capacity.phone_ramp import judge_phone_level, phone_turns
+from agent.capacity.phone_ramp import describe_phone, judge_phone_level, phone_turns
 from agent.config import BudgetsConfig
+from agent.turn_ends import BY
 from testkit.servers import ROOT
 
 
@@ -80,6 +81,11 @@ def test_two_phone_callers_against_a_real_server(tmp_path, phone_server):
     spoken = {name for r in saved["callers"] for name in r["utterances"]}
     assert all(t.prompt in spoken for t in judged)
     assert sorted(d["prompt"] for d in level["turn_details"]) == sorted(t.prompt for t in judged)
+    # each answered turn's reply named what ended the turn (the stop strategy's note -> the phone line's marks)
+    assert all(d["ended_by"] in BY for d in level["turn_details"] if d["answered"]), [
+        (d["prompt"], d["ended_by"]) for d in level["turn_details"]]
+    assert level["fallback_turns"] == sum(d["ended_by"] == "silence" for d in level["turn_details"])
+    assert level["first_audio_no_fallback_p50_ms"] is not None or level["fallback_turns"] == level["turns"]
 
 
 def test_prompt_pack_round_trip_and_end_of_speech(tmp_path):
@@ -121,6 +127,34 @@ def test_judge_counts_replies_first_audio_and_dry_player():
     assert any("ran dry" in r for r in bad.reasons)
     slow = judge_phone_level(1, [once], 0.0, 100.0, BudgetsConfig(), {**scrape, "tails": {"output_rt_ratio": 1.1}})
     assert any("server delivery p1 1.10x < 1.20x" in r for r in slow.reasons)
+
+
+def test_turns_held_for_the_silence_fallback_are_named_and_judged_apart():
+    """A reply's marks name what ended its turn; ``budgets.first_audio_excludes_fallback`` judges the p99 over
+    the turns the turn model did not hold for its silence fallback, and every turn's figures stay reported."""
+    paced = [10.3 + 0.02 * i for i in range(50)]
+    quick = _record(10.0, paced, [(11.0, "r1-model-500"), (11.3, "r1-model-1000-end")])  # 300 ms
+    held = _record(10.0, [p + 0.8 for p in paced], [(11.8, "r1-silence-500"), (12.1, "r1-silence-1000-end")])
+    assert [phone_turns(r)[0].ended_by for r in (quick, held)] == ["model", "silence"]
+    assert phone_turns(quick)[0].replies == 1  # the name is one reply, as before
+    scrape = {"tails": {"output_rt_ratio": 1.5}, "breaches": [], "gpu_memory_gib": {}}
+    budgets = BudgetsConfig(first_audio_p99_ms=700.0)
+    every = judge_phone_level(2, [quick, held], 0.0, 100.0, budgets, scrape)
+    assert every.fallback_turns == 1 and round(every.first_audio_no_fallback_p99_ms) == 300
+    assert round(every.first_audio_p99_ms) > 1000 and not every.passed
+    assert any(r.startswith("first audio p99 1") for r in every.reasons), every.reasons
+    budgets.first_audio_excludes_fallback = True
+    machine = judge_phone_level(2, [quick, held], 0.0, 100.0, budgets, scrape)
+    assert machine.passed, machine.reasons
+    assert "without the 1 turns held for the silence fallback: p50 300 ms" in describe_phone(machine)
+    slow = _record(10.0, [p + 0.5 for p in paced], [(11.5, "r1-model-500"), (11.8, "r1-model-1000-end")])
+    late = judge_phone_level(3, [quick, held, slow], 0.0, 100.0, budgets, scrape)
+    assert any("(the turns not held for the silence fallback) 79" in r for r in late.reasons), late.reasons
+    # a server whose marks name no turn end: the budget cannot be judged that way, and says so
+    unnamed = _record(10.0, paced, [(11.0, "r1-500"), (11.3, "r1-1000-end")])
+    old = judge_phone_level(1, [unnamed], 0.0, 100.0, budgets, scrape)
+    assert not old.passed and any("cannot be judged" in r for r in old.reasons)
+    assert old.first_audio_no_fallback_p50_ms is None
 
 
 def test_the_rest_of_a_stalled_reply_does_not_answer_the_next_prompt():

@@ -188,3 +188,23 @@ def test_a_response_that_stalls_keeps_its_name_across_its_spurts():
     assert [n for n in (ledger.on_audio(100, None), ledger.on_audio(100, None)) if n] == ["r3-100", "r3-200"]
     ledger.end_reply()
     assert ledger.on_audio(100, None) == "r4-100"  # no context: every spurt its own response, as before
+
+
+def test_a_reply_names_the_end_of_the_turn_it_answers():
+    """A new response takes what ended the call's latest turn (once) into its marks' names; a stalled response's
+    later spurt keeps it, and a response with no turn end in hand (the greeting) names none."""
+    from agent.turn_ends import TurnEndNote
+
+    note = TurnEndNote()
+    ledger = MarkLedger(every_ms=100, turn_end=note.take)
+    assert [n for n in (ledger.on_audio(100, "greeting"),) if n] == ["r0-100"]  # no turn has ended yet
+    ledger.end_reply()
+    note.note("silence")  # the turn model judged the turn unfinished; its silence fallback ended it
+    assert ledger.on_audio(100, "ctx-a") == "r1-silence-100"
+    assert ledger.end_reply() == "r1-silence-100-end"
+    assert note.by is None  # taken: a later reply without a new turn end names none
+    assert ledger.on_audio(100, "ctx-a") == "r1-silence-200"  # the same response after a stall keeps it
+    ledger.end_reply()
+    note.note("model")
+    assert ledger.on_audio(100, "ctx-b") == "r2-model-100"
+    assert ledger.replies[-1].as_dict()["turn_end"] == "model"

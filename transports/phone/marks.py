@@ -9,10 +9,14 @@ A reply here is one spurt of bot audio (it ends at pipecat's ``BotStoppedSpeakin
 carries the *response* (``r<response>-<ms>``): the TTS context the audio came from, so a response whose audio
 stalled long enough for the bot to stop speaking and then went on keeps its name, and its marks' milliseconds
 count on from the first spurt's (run 64's CPU-box check: two such stalls read as turns answered twice).
+A reply that answers a turn also carries what ended that turn (``r<response>-<by>-<ms>``, ``by`` one of
+``agent.turn_ends.BY``: ``model``, ``silence`` for the turn model's silence fallback, ...), so a caller can tell
+a turn the turn model held for its fallback from the rest; other replies (the greeting, idle prompts) carry none.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -21,6 +25,7 @@ class ReplyPlayout:
     index: int
     response: int = 0  # the TTS response it belongs to (the spurts of one response share it)
     offset_ms: float = 0.0  # the response's audio sent before this spurt
+    turn_end: str = ""  # what ended the turn this response answers ("": none known)
     sent_ms: float = 0.0
     heard_ms: float = 0.0
     complete: bool = False  # the end mark came back: the caller heard the whole reply
@@ -29,14 +34,16 @@ class ReplyPlayout:
     def as_dict(self) -> dict[str, object]:
         return {"index": self.index, "response": self.response, "sent_ms": round(self.sent_ms, 1),
                 "heard_ms": round(self.heard_ms, 1),
-                "complete": self.complete, "cleared": self.cleared}
+                "complete": self.complete, "cleared": self.cleared, "turn_end": self.turn_end}
 
 
 class MarkLedger:
     """Names marks, remembers where each sits, and turns echoes into heard positions."""
 
-    def __init__(self, every_ms: float = 500.0):
+    def __init__(self, every_ms: float = 500.0, turn_end: Callable[[], str | None] | None = None):
+        """``turn_end``: called as a new response begins, what ended the turn it answers (None: nothing new)."""
         self.every_ms = every_ms
+        self._turn_end = turn_end
         self.replies: list[ReplyPlayout] = []
         self._pending: dict[str, tuple[ReplyPlayout, float, bool]] = {}
         self._dropped: set[str] = set()
@@ -51,7 +58,8 @@ class MarkLedger:
         return self._current
 
     def _mark(self, reply: ReplyPlayout, final: bool) -> str:
-        name = f"r{reply.response}-{int(reply.offset_ms + reply.sent_ms)}{'-end' if final else ''}"
+        by = f"{reply.turn_end}-" if reply.turn_end else ""
+        name = f"r{reply.response}-{by}{int(reply.offset_ms + reply.sent_ms)}{'-end' if final else ''}"
         self._pending[name] = (reply, reply.sent_ms, final)
         self._last_mark_ms = reply.sent_ms
         return name
@@ -62,9 +70,11 @@ class MarkLedger:
         if self._current is None:
             last = self.replies[-1] if self.replies else None
             if context is not None and context == self._context and last is not None:  # the same response goes on
-                self._current = ReplyPlayout(len(self.replies), last.response, last.offset_ms + last.sent_ms)
+                self._current = ReplyPlayout(len(self.replies), last.response, last.offset_ms + last.sent_ms,
+                                             last.turn_end)
             else:
-                self._current = ReplyPlayout(len(self.replies), self._responses)
+                turn_end = (self._turn_end() if self._turn_end is not None else None) or ""
+                self._current = ReplyPlayout(len(self.replies), self._responses, turn_end=turn_end)
                 self._responses += 1
             self.replies.append(self._current)
             self._last_mark_ms = 0.0

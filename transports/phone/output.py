@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from loguru import logger
 from pipecat.frames.frames import (
@@ -51,11 +52,16 @@ class PhoneOutputTransport(BaseOutputTransport):
         self.clock = PlayoutClock(options.lead_ms / 1000.0)
         # one media message per pipecat output chunk (phone.output_frame_ms): 16-bit PCM at 8 kHz
         self._chunk_bytes = int(SAMPLE_RATE * params.audio_out_10ms_chunks / 100) * 2
-        self.ledger = MarkLedger(options.mark_every_ms)
+        # what ended the call's latest turn (agent.turn_ends.TurnEndNote, set by build_worker): named in the marks
+        self.turn_end_note: Any = None
+        self.ledger = MarkLedger(options.mark_every_ms, turn_end=self._take_turn_end)
         self._epoch = 0  # bumped by every clear/interruption: a chunk from an older epoch is dropped
         self._released = asyncio.Event()  # cleared while the bot's audio is held back
         self._released.set()
         self._hold_until: float | None = None  # end of a barge-in hold; None: until released
+
+    def _take_turn_end(self) -> str | None:
+        return self.turn_end_note.take() if self.turn_end_note is not None else None
 
     async def setup(self, setup: FrameProcessorSetup):
         await super().setup(setup)
