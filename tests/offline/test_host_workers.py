@@ -391,8 +391,8 @@ def test_an_early_start_that_the_finished_upload_contradicts_is_dropped(tmp_path
 
 @pytest.mark.parametrize("workers", [0, 1])
 def test_a_client_leaving_a_long_file_withdraws_its_windows(tmp_path: Path, files: list[Path], workers: int) -> None:
-    """A 10 min file on an engine that takes 0.5 s per batch of 4: the client leaves after 0.7 s; its
-    queued windows are withdrawn (most never run), nothing stays held, no segment is left behind."""
+    """A 10 min file on an engine that takes 1 s per batch of 4: the client leaves once the first batch has run;
+    its queued windows are withdrawn (most never run), nothing stays held, no segment is left behind."""
     from asr.offline.decode import decode_file
     from asr.offline.plan import PlanOptions, plan_windows
     from testkit.offline_audio import write_audio
@@ -405,9 +405,15 @@ def test_a_client_leaving_a_long_file_withdraws_its_windows(tmp_path: Path, file
 
     async def run() -> dict[str, Any]:
         start, kw = (serve, {}) if workers == 0 else (serve_workers, {"workers": workers})
-        async with running(start, SlowEngine(0.5), **kw) as url, ClientSession() as session:
+        async with running(start, SlowEngine(1.0), **kw) as url, ClientSession() as session:
             post = asyncio.ensure_future(session.post(url + "/v1/audio/transcriptions", data=body, headers=headers))
-            await asyncio.sleep(0.7)
+            # leave once the engine has run the file's first batch (a fixed 0.7 s ran no window at all on CI's
+            # loaded 2-core box: the upload and its first range took longer); the batch after it is under way
+            for _ in range(300):
+                health = await (await session.get(url + "/health")).json()
+                if health["windows"]:
+                    break
+                await asyncio.sleep(0.05)
             post.cancel()
             await asyncio.gather(post, return_exceptions=True)
             for _ in range(50):
