@@ -56,7 +56,7 @@ from agent.speculative_turn import (
 from agent.timed_vad import TimedVADProcessor
 from agent.tool_calls import ToolCallStyle, register_tools
 from agent.transcripts import CallTranscript
-from agent.turn_ends import TurnEndNote, count_stop_timeouts
+from agent.turn_ends import TurnEndNote, VadTurnEnds, count_stop_timeouts
 from agent.user_aggregator import CadenceAggregatorPair
 from agent.vad_batcher import BatchedSileroVADAnalyzer
 from tts.engines import TTSEngine, create_engine
@@ -416,10 +416,10 @@ def build_worker(
 def note_turn_ends(strategies: UserTurnStrategies, transport: BaseTransport) -> TurnEndNote:
     """One note per call of what ended its latest turn: the stop strategies write it, the transport's output reads
     it where it can tell the far end (the phone line's mark names, ``transports/phone/marks.py``)."""
-    note = TurnEndNote()
-    for strategy in strategies.stop:
-        if hasattr(strategy, "turn_end_note"):
-            strategy.turn_end_note = note
+    noting = [s for s in strategies.stop if hasattr(s, "turn_end_note")]
+    note = TurnEndNote() if noting else VadTurnEnds()  # no turn model: the VAD's silence ends every turn
+    for strategy in noting:
+        strategy.turn_end_note = note
     output = transport.output()
     if hasattr(output, "turn_end_note"):
         output.turn_end_note = note

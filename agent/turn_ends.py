@@ -19,7 +19,8 @@ first in their bases; the finished-text rule counts itself.
 
 Per call, ``TurnEndNote`` keeps what ended the latest turn: the stop strategy notes it when it ends the turn,
 and the phone line names the reply's marks with it (``r<response>-<by>-<ms>``), so ``cadence capacity`` can tell
-the turns that waited the silence fallback from the rest, turn by turn.
+the turns that waited the silence fallback from the rest, turn by turn. Where the VAD's silence alone ends turns
+(``vad.turn = "silence"``) every reply names ``vad`` (``VadTurnEnds``).
 """
 
 from __future__ import annotations
@@ -66,6 +67,14 @@ class TurnEndNote:
         """The latest turn's end, once: the first reply after the turn end is that turn's answer."""
         by, self.by = self.by, None
         return by
+
+
+class VadTurnEnds(TurnEndNote):
+    """The note of a call whose turns end on the VAD's silence alone (``vad.turn = "silence"``): no turn model
+    holds any turn, so every reply names ``vad``."""
+
+    def take(self) -> str | None:
+        return "vad"
 
 
 class CountedTurnEnds:

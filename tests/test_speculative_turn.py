@@ -78,3 +78,26 @@ def test_the_stt_follows_chunk_levels_only_where_pauses_are_marked(tmp_path):
     assert engines.make_stt().final_from_pause
     config.asr.final_from_pause = False
     assert not engines.make_stt().final_from_pause
+
+
+def test_every_turn_stop_strategy_notes_its_turn_ends_for_the_transport():
+    """``note_turn_ends`` gives the call's stop strategies and the transport's output one note; with the VAD's
+    silence alone ending turns (no turn model) every reply names ``vad``, so no turn counts as a fallback's."""
+    from types import SimpleNamespace
+
+    from agent.pipeline import make_turn_strategies, note_turn_ends
+    from agent.turn_ends import TurnEndNote, VadTurnEnds
+
+    output = SimpleNamespace(turn_end_note=None)
+    transport = SimpleNamespace(output=lambda: output)
+    config = Config()
+    config.asr.engine = "parakeet"
+    for speculate in ("", "final"):
+        config.llm.speculate, config.vad.turn = speculate, "smart"
+        strategies = make_turn_strategies(config)
+        note = note_turn_ends(strategies, transport)
+        assert type(note) is TurnEndNote and output.turn_end_note is note
+        assert all(s.turn_end_note is note for s in strategies.stop)
+        config.vad.turn = "silence"
+        note = note_turn_ends(make_turn_strategies(config), transport)
+        assert isinstance(note, VadTurnEnds) and output.turn_end_note is note and note.take() == "vad"

@@ -10,8 +10,10 @@ carries the *response* (``r<response>-<ms>``): the TTS context the audio came fr
 stalled long enough for the bot to stop speaking and then went on keeps its name, and its marks' milliseconds
 count on from the first spurt's (run 64's CPU-box check: two such stalls read as turns answered twice).
 A reply that answers a turn also carries what ended that turn (``r<response>-<by>-<ms>``, ``by`` one of
-``agent.turn_ends.BY``: ``model``, ``silence`` for the turn model's silence fallback, ...), so a caller can tell
-a turn the turn model held for its fallback from the rest; other replies (the greeting, idle prompts) carry none.
+``model``, ``silence`` for the turn model's silence fallback, ``finished_text``, ``no_words``, or ``vad`` where
+the VAD's silence alone ends turns: ``agent.turn_ends``), so a caller can tell
+a turn the turn model held for its fallback from the rest; other replies (the greeting, idle prompts) carry none,
+except under ``vad``, which every reply names.
 """
 
 from __future__ import annotations
