@@ -5,8 +5,8 @@ Every 10 s a thread writes one line per process to ``$CADENCE_GC_CENSUS/census-<
 collector tracks (what a full collection walks), those frozen out of its reach, the modules loaded and the
 collections so far, then the 15 most common types. When two samples in a row find the same count (the process
 is idle: its calls have ended) it frees their garbage with one full collection, then times a second: what each
-full pass over that process's heap costs.
-It also records which modules were imported after ``gc.freeze()`` (``modules-<pid>.txt``)."""
+full pass over that process's heap costs; that first idle pass also names what it freed by type
+(``garbage-<pid>.txt``: the reference cycles the ended calls left). It also records which modules were imported after ``gc.freeze()`` (``modules-<pid>.txt``)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _sample(out: str, t0: float, last: list[int]) -> None:
     del objs
     idle = ""
     if last and last[-1] == tracked:  # nothing allocated or freed since the last sample: time a full pass
-        freed = gc.collect()  # the ended calls' garbage first, then one pass over what is left
+        freed = _collect_naming_garbage(out)  # the ended calls' garbage first, then one pass over what is left
         start = time.perf_counter()
         gc.collect()
         idle = f" idle_full_collection_ms={(time.perf_counter() - start) * 1e3:.1f} freed_before={freed}"
@@ -41,6 +41,25 @@ def _sample(out: str, t0: float, last: list[int]) -> None:
                 f"frozen={gc.get_freeze_count()} modules={len(sys.modules)} "
                 f"collections={[s['collections'] for s in gc.get_stats()]}{idle}\n")
         f.writelines(f"{n:9d} {k}\n" for k, n in kinds.most_common(15))
+
+
+def _collect_naming_garbage(out: str) -> int:
+    """One full collection; the first time, what it freed by type (``garbage-<pid>.txt``): the reference cycles the
+    ended calls left, which only a full collection frees."""
+    path = out.replace("census-", "garbage-")
+    if os.path.exists(path):
+        return gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        freed = gc.collect()
+        kinds = collections.Counter(_kind(o) for o in gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    with open(path, "w") as f:
+        f.write(f"{freed} objects in reference cycles\n")
+        f.writelines(f"{n:9d} {k}\n" for k, n in kinds.most_common(60))
+    return freed + gc.collect()
 
 
 def _census() -> None:
