@@ -21,6 +21,7 @@ from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.transports.base_transport import BaseTransport
 from pipecat.workers.runner import WorkerRunner
 
+from agent.call_teardown import break_call_cycles
 from agent.goodbye import say_goodbye
 from agent.pipeline import Engines, build_worker
 
@@ -119,4 +120,7 @@ async def run_session(
     finally:
         if dog is not None:
             dog.cancel()
+        transport.remove_event_handler("on_client_disconnected", _on_disconnected)
+        if run.done():  # free the call now, not at the next full GC pass (agent/call_teardown.py)
+            break_call_cycles(worker, owned=(runner,), borrowed=tuple(pre_stages))
         logger.info(f"session {session_id}: ended")

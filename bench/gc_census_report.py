@@ -28,10 +28,13 @@ def census(path: Path) -> dict:
     tracked = [int(re.search(r"tracked=(\d+)", h).group(1)) for h in frozen]
     idle = [float(m.group(1)) for h in heads if (m := re.search(r"idle_full_collection_ms=([\d.]+)", h))]
     late = path.with_name(path.name.replace("census-", "modules-"))
+    garbage = path.with_name(path.name.replace("census-", "garbage-"))
+    cycles = garbage.read_text().splitlines()[0] if garbage.exists() else "-"
     return {"role": role(heads[0]), "tracked_max": max(tracked), "tracked_last": tracked[-1],
             "frozen": int(re.search(r"frozen=(\d+)", heads[-1]).group(1)),
             "idle_ms": min(idle) if idle else None,
-            "late_modules": int(late.read_text().split(" imported")[0].split(", ")[-1]) if late.exists() else None}
+            "late_modules": int(late.read_text().split(" imported")[0].split(", ")[-1]) if late.exists() else None,
+            "cycles": cycles}
 
 
 def pauses_during_calls(log: str) -> list[int]:
@@ -46,8 +49,8 @@ def pauses_during_calls(log: str) -> list[int]:
 
 def main(out: Path) -> None:
     print("| arm (commit) | process | objects a full collection walks, during the calls (max) / idle | frozen |"
-          " one full collection when idle | modules imported after the freeze |")
-    print("|---|---|---|---|---|---|")
+          " one full collection when idle | modules imported after the freeze | the ended calls' cycles |")
+    print("|---|---|---|---|---|---|---|")
     tails = []
     for arm in sorted(p for p in out.iterdir() if p.is_dir()):
         commit = (arm / "commit").read_text().strip() if (arm / "commit").exists() else "?"
@@ -58,7 +61,7 @@ def main(out: Path) -> None:
             idle = f"{c['idle_ms']:.1f} ms" if c["idle_ms"] is not None else "-"
             late = "-" if c["late_modules"] is None else str(c["late_modules"])
             print(f"| {arm.name} ({commit}) | {c['role']} | {c['tracked_max']:,} / {c['tracked_last']:,} | "
-                  f"{c['frozen']:,} | {idle} | {late} |")
+                  f"{c['frozen']:,} | {idle} | {late} | {c['cycles']} |")
         level = json.loads((arm / "capacity.json").read_text())["levels"][0]
         t = level["stage_tails"]
         pauses = pauses_during_calls((arm / "serve.log").read_text())
