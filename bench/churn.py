@@ -61,10 +61,12 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     summary = {"cycles": result.cycles, "warmup": result.warmup, "failures": result.failures[:20],
                "failure_count": len(result.failures), "fd_drift": fds, "thread_drift": threads,
                "rss_growth_kib_per_cycle": round(result.growth_kib_per_cycle(), 2),
+               "cyclic_objects_per_cycle": round(result.cyclic_per_cycle(), 1),
                "points": [asdict(p) for p in result.points], "cpu_count": os.cpu_count(),
                "commit": _commit(), "command": " ".join(sys.argv)}
     print(f"after warm-up ({result.warmup} cycles): fds {fds:+d}, threads {threads:+d}, "
-          f"RSS {summary['rss_growth_kib_per_cycle']:+.1f} KiB/cycle; {len(result.failures)} failures")
+          f"RSS {summary['rss_growth_kib_per_cycle']:+.1f} KiB/cycle, {summary['cyclic_objects_per_cycle']:.0f} objects "
+          f"a cycle left for the cyclic collector; {len(result.failures)} failures")
     return summary
 
 

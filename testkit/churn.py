@@ -23,6 +23,7 @@ class Point:
     threads: int
     rss_mib: float
     seconds: float
+    cyclic: int = 0  # objects the full collection at this point freed: cycles left since the previous point
 
 
 @dataclass
@@ -37,6 +38,12 @@ class ChurnResult:
         last = self.points[-1]
         return (last.rss_mib - warm.rss_mib) * 1024 / max(1, last.cycle - warm.cycle)
 
+    def cyclic_per_cycle(self) -> float:
+        """Objects a call left in reference cycles (freed only by a full collection), after warm-up."""
+        later = [p for p in self.points if p.cycle > self.warmup]
+        warm = next(p for p in self.points if p.cycle >= self.warmup)
+        return sum(p.cyclic for p in later) / max(1, self.points[-1].cycle - warm.cycle)
+
     def drift(self) -> tuple[int, int]:
         """(fds, threads) at the end minus after warm-up."""
         warm = next(p for p in self.points if p.cycle >= self.warmup)
@@ -44,9 +51,9 @@ class ChurnResult:
 
 
 def measure(cycle: int, t0: float) -> Point:
-    gc.collect()
+    cyclic = gc.collect()
     return Point(cycle, len(os.listdir("/proc/self/fd")), threading.active_count(),
-                 psutil.Process().memory_info().rss / 2**20, time.monotonic() - t0)
+                 psutil.Process().memory_info().rss / 2**20, time.monotonic() - t0, cyclic)
 
 
 async def _until(check, timeout_s: float) -> bool:
@@ -113,5 +120,6 @@ async def churn(server: Any, base_url: str, cycles: int, warmup: int, report_eve
             result.points.append(point)
             if echo:
                 print(f"cycle {k:5d}: fds {point.fds:4d}  threads {point.threads:3d}  RSS {point.rss_mib:7.1f} MiB"
-                      f"  ({point.seconds:.0f} s, {len(result.failures)} failures)", flush=True)
+                      f"  in cycles {point.cyclic:6d}  ({point.seconds:.0f} s, {len(result.failures)} failures)",
+                      flush=True)
     return result
