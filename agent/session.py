@@ -121,6 +121,7 @@ async def run_session(
         if dog is not None:
             dog.cancel()
         transport.remove_event_handler("on_client_disconnected", _on_disconnected)
-        if run.done():  # free the call now, not at the next full GC pass (agent/call_teardown.py)
+        if run.done() and not run.cancelled():  # free the call now, not at the next full GC pass
+            # (agent/call_teardown.py); a pipeline whose task had to be cancelled may still have tasks running
             break_call_cycles(worker, owned=(runner,), borrowed=tuple(pre_stages))
         logger.info(f"session {session_id}: ended")

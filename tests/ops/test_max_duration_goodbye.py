@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import weakref
 
 import numpy as np
 
@@ -29,3 +31,11 @@ def test_the_duration_limit_says_goodbye_before_ending_the_call(embedded):
               if at >= goodbye_at and int(np.abs(np.frombuffer(pcm, dtype="<i2")).max()) > 200]
     assert voiced[-1] - goodbye_at > 1.0, "the goodbye was cut short"
     assert ended < 15
+    # the ended call is freed by reference counting (agent/call_teardown.py), not left for a full collection
+    gc.disable()
+    try:
+        worker = weakref.ref(watch.worker)
+        watch.worker = None
+        assert worker() is None, "the ended call's worker is still alive (held in a reference cycle)"
+    finally:
+        gc.enable()
