@@ -311,6 +311,12 @@ timeout "$CAP_T" "$PY" -m agent.cli capacity --config examples/gpu.toml --transp
       -e 's/^.*([0-9]{2}:[0-9]{2}:[0-9]{2})[,.][0-9]+ .*(tts ticks [^;]*).*(first-clause wait [^;]*).*/kokoro \1 \2; \3/;t' \
       -e 's/^.*([0-9]{2}:[0-9]{2}:[0-9]{2})[,.][0-9]+ .*(tts ticks [^;]*).*/kokoro \1 \2/' \
   | cut -c1-300 | tee -a "$OUT/summary.txt"
+# the session processes' full collections: each `GC:` line's longest pause when it is a generation-2 one (runs 102
+# and 104 read these from logs.tar.gz by hand; the call teardown, 374fc80, should shrink them past 256 callers).
+# From the first call on (not each process's start-up freeze, agent/runtime.py).
+sed -n '/session phone-/,$p' "$LOGS/serve.log" 2>/dev/null | grep "GC: " | grep -oE "the longest [0-9]+ ms, generation 2, [0-9]+ objects" \
+  | awk '{n++; if ($3 > m) m = $3; o += $7} END {printf "full collections >= 20 ms (the longest of each GC: line):" \
+      " %d, longest %d ms, %d objects collected on average\n", n, m, n ? o / n : 0}' | tee -a "$OUT/summary.txt"
 # an engine the watchdog stopped (a batcher tick past server.engine_stall_exit_s: a hung GPU, agent/engine_watchdog.py)
 grep -h "a tick has run" "$LOGS"/engine*.log 2>/dev/null | cut -c1-300 | tee -a "$OUT/summary.txt"
 curl -s "http://127.0.0.1:$MPORT/metrics" > "$LOGS/metrics-final.txt"
