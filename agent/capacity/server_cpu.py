@@ -99,10 +99,13 @@ def tree_cpu_seconds(pid: int) -> tuple[float, float]:
             continue
         stats[int(stat.parent.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick,
                                         (int(fields[13]) + int(fields[14])) / tick)
+    children: dict[int, list[int]] = {}
+    for child, (ppid, _, _) in stats.items():
+        children.setdefault(ppid, []).append(child)
     _, own, reaped = stats.get(pid, (0, 0.0, 0.0))
-    descendants, frontier = reaped, [c for c, (ppid, _, _) in stats.items() if ppid == pid]
+    descendants, frontier = reaped, list(children.get(pid, ()))
     while frontier:
         p = frontier.pop()
         descendants += stats[p][1] + stats[p][2]
-        frontier.extend(c for c, (ppid, _, _) in stats.items() if ppid == p)
+        frontier.extend(children.get(p, ()))
     return own, descendants
