@@ -19,6 +19,12 @@ with_retries() {
   done
   return 1
 }
+# The venv takes ~4.5 GB and pip's build dirs ~1 GB more: a disk short of that fails mid-pip with ENOSPC, so say so
+# first (CI once failed there with its disk full of old clones).
+free_kb=$(df -Pk . | awk 'NR == 2 {print $4}')
+if [ "${free_kb:-0}" -lt $((6 * 1024 * 1024)) ]; then
+  echo "== warning: only $((free_kb / 1024)) MB free on $(df -P . | awk 'NR == 2 {print $6}'); the install needs ~6 GB" >&2
+fi
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 apt_pkgs="flite espeak-ng sox"
 [ $want_test -eq 1 ] && apt_pkgs="$apt_pkgs asterisk-core-sounds-en-wav asterisk-core-sounds-en alsa-utils chromium chromium-driver curl"

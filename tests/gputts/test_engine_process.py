@@ -85,9 +85,17 @@ def test_engine_process_freezes_its_heap_as_the_runtime_says():
 
     config = Config()
     config.tts.engine = "kokoro"
-    assert "--gc-freeze" in ManagedEngineProcess.for_config(config).command()
+
+    def command() -> list[str]:
+        engine = ManagedEngineProcess.for_config(config)
+        try:
+            return engine.command()
+        finally:
+            engine.stop()  # removes the socket folder that command() made
+
+    assert "--gc-freeze" in command()
     config.runtime.gc_freeze = False
-    assert "--gc-freeze" not in ManagedEngineProcess.for_config(config).command()
+    assert "--gc-freeze" not in command()
 
 
 async def test_same_pcm_as_in_process(remote):
