@@ -42,3 +42,14 @@ def stop_engine_server(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def engine_command(config: Any) -> list[str]:
+    """The command ``config``'s managed engine process would run; the socket folder it names is removed again."""
+    from agent.engine_process import ManagedEngineProcess
+
+    engine = ManagedEngineProcess.for_config(config)
+    try:
+        return engine.command()
+    finally:
+        engine.stop()

@@ -18,7 +18,7 @@ from pipecat.frames.frames import ErrorFrame, TTSAudioRawFrame, TTSSpeakFrame
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.tests.utils import SleepFrame, run_test
 
-from testkit.engine_server import start_engine_server, stop_engine_server
+from testkit.engine_server import engine_command, start_engine_server, stop_engine_server
 from tests.gputts.conftest import g2p_kind
 from tts.remote.client import EngineUnavailable, RemoteTTSEngine, hello
 from tts.service import CadenceTTSService
@@ -81,21 +81,12 @@ def test_hello_names_the_engine(engine_process):
 
 def test_engine_process_freezes_its_heap_as_the_runtime_says():
     from agent.config import Config
-    from agent.engine_process import ManagedEngineProcess
 
     config = Config()
     config.tts.engine = "kokoro"
-
-    def command() -> list[str]:
-        engine = ManagedEngineProcess.for_config(config)
-        try:
-            return engine.command()
-        finally:
-            engine.stop()  # removes the socket folder that command() made
-
-    assert "--gc-freeze" in command()
+    assert "--gc-freeze" in engine_command(config)
     config.runtime.gc_freeze = False
-    assert "--gc-freeze" not in command()
+    assert "--gc-freeze" not in engine_command(config)
 
 
 async def test_same_pcm_as_in_process(remote):

@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from agent.engine_watchdog import STALL_EXIT_CODE, hosted_batchers, stalled, watch_ticks
+from testkit.engine_server import engine_command
 from tests.gputts.conftest import HeldModel
 
 
@@ -48,12 +49,11 @@ async def test_an_idle_or_busy_batcher_is_not_stalled(engine):
 
 def test_engine_process_passes_the_stall_limit():
     from agent.config import Config
-    from agent.engine_process import ManagedEngineProcess
 
     config = Config()
     config.tts.engine = "kokoro"
-    command = ManagedEngineProcess.for_config(config).command()
+    command = engine_command(config)
     assert command[command.index("--stall-exit-s") + 1] == "30.0"
     config.server.engine_stall_exit_s = 0.0  # off
-    command = ManagedEngineProcess.for_config(config).command()
+    command = engine_command(config)
     assert command[command.index("--stall-exit-s") + 1] == "0.0"
