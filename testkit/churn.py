@@ -40,8 +40,8 @@ class ChurnResult:
 
     def cyclic_per_cycle(self) -> float:
         """Objects a call left in reference cycles (freed only by a full collection), after warm-up."""
-        later = [p for p in self.points if p.cycle > self.warmup]
         warm = next(p for p in self.points if p.cycle >= self.warmup)
+        later = [p for p in self.points if p.cycle > warm.cycle]  # each counts the cycles since the point before
         return sum(p.cyclic for p in later) / max(1, self.points[-1].cycle - warm.cycle)
 
     def drift(self) -> tuple[int, int]:

@@ -32,3 +32,12 @@ async def test_connect_drop_churn_leaks_nothing(embedded):
     assert fds <= 4, f"fds grew by {fds}: {figures}"
     assert threads <= 2, f"threads grew by {threads}: {figures}"
     assert growth < 512, f"RSS grew {growth:.0f} KiB per cycle after warm-up: {figures}"
+
+
+def test_cyclic_objects_are_counted_from_the_first_point_past_warm_up():
+    """A warm-up between two points: the point that ends it counts cycles of the warm-up, so it is the baseline."""
+    from testkit.churn import ChurnResult, Point
+
+    points = [Point(c, 10, 2, 100.0, 0.0, cyclic) for c, cyclic in ((0, 0), (100, 500), (200, 400), (300, 60))]
+    result = ChurnResult(cycles=300, warmup=150, points=points, failures=[])
+    assert result.cyclic_per_cycle() == 0.6  # 60 objects over cycles 200-300
